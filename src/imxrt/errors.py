@@ -1,0 +1,47 @@
+"""User-facing errors: one exception family, one actionable line each.
+
+Every error a user can cause (bad option, bad model, bad file) is an ``ImxrtError``; the CLI prints its
+message and exits non-zero. Our own invariants stay ``assert``s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class ImxrtError(Exception):
+    """Base of every error a user can cause. ``str(e)`` is the one line the CLI prints."""
+
+
+class BadOption(ImxrtError):
+    """An option (CLI flag or keyword argument) has a value we cannot use."""
+
+    def __init__(self, option: str, value: object, allowed: Iterable[object] | str):
+        allowed_text = allowed if isinstance(allowed, str) else ", ".join(str(a) for a in allowed)
+        super().__init__(f"{option}: {value!r} is not valid; use {allowed_text}")
+        self.option, self.value = option, value
+
+
+class BadSource(ImxrtError):
+    """The model SOURCE (a Python file or ``package.module:function``) cannot provide a model."""
+
+    def __init__(self, source: str, problem: str):
+        super().__init__(f"{source}: {problem}")
+        self.source = source
+
+
+class BadModel(ImxrtError):
+    """The model itself cannot be compiled (export failure, dynamic shapes, non-float, ...)."""
+
+    def __init__(self, problem: str, node: str | None = None):
+        where = f"node {node}: " if node else ""
+        super().__init__(f"model: {where}{problem}")
+        self.node = node
+
+
+class BadFile(ImxrtError):
+    """A file the user gave us is missing, truncated or of the wrong kind."""
+
+    def __init__(self, path: str, problem: str):
+        super().__init__(f"{path}: {problem}")
+        self.path = path

@@ -1,0 +1,118 @@
+"""The pt2e quantizer: annotates each node of an exported aten graph from the ``rules`` table."""
+
+from __future__ import annotations
+
+from torch.fx import GraphModule, Node
+from torchao.quantization.pt2e.quantizer import (
+    QuantizationAnnotation,
+    QuantizationSpecBase,
+    Quantizer,
+    SharedQuantizationSpec,
+)
+
+from imxrt.quantization import rules, specs
+
+_ANNOTATION = "quantization_annotation"
+
+
+def _tensor_inputs(node: Node) -> list[Node]:
+    """The Node arguments of ``node`` that carry float tensors (lists flattened, as for cat)."""
+    found: list[Node] = []
+    for arg in node.args:
+        candidates = arg if isinstance(arg, (list, tuple)) else [arg]
+        for candidate in candidates:
+            if isinstance(candidate, Node) and _is_float_tensor(candidate) and candidate not in found:
+                found.append(candidate)
+    return found
+
+
+def _is_float_tensor(node: Node) -> bool:
+    value = node.meta.get("val")
+    return value is not None and hasattr(value, "dtype") and value.dtype.is_floating_point
+
+
+class ImxrtQuantizer(Quantizer):
+    """int8 quantizer for the NPU and the Cortex-M: one rule set, post-training or QAT.
+
+    Beyond the upstream Neutron quantizer: ``mul`` operands keep calibrated qparams, and an op that
+    shares qparams with a fixed-qparam producer (softmax -> mean) is annotated like any other.
+    """
+
+    def __init__(self, qat: bool = False):
+        super().__init__()
+        self.qat = qat
+
+    def annotate(self, model: GraphModule) -> GraphModule:
+        for node in model.graph.nodes:
+            if node.op != "call_function" or _ANNOTATION in node.meta:
+                continue
+            rule = rules.RULES.get(node.target)
+            if rule is None or not _is_float_tensor(node):
+                continue
+            self._annotate(node, rule)
+        return model
+
+    def validate(self, model: GraphModule) -> None:
+        pass
+
+    def _annotate(self, node: Node, rule: rules.Rule) -> None:
+        act = specs.activation_spec(self.qat)
+        inputs = _tensor_inputs(node)
+        in_spec = lambda arg: self._input_spec(arg, act)  # noqa: E731
+        if not inputs:
+            return
+        input_specs: dict[Node, QuantizationSpecBase] = {}
+        output_spec: QuantizationSpecBase | None
+
+        if isinstance(rule, rules.Weighted):
+            activation, weight = node.args[0], node.args[1]
+            input_specs[activation] = in_spec(activation)
+            input_specs[weight] = specs.weight_spec(rule.weight_axis, self.qat)
+            bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+            if isinstance(bias, Node):
+                input_specs[bias] = specs.bias_spec(node, activation, weight)
+            output_spec = act
+            fused = self._fusable_user(node)
+            if fused is not None:
+                # The activation is part of this op's kernel: observe only after it.
+                output_spec = None
+                fused.meta[_ANNOTATION] = QuantizationAnnotation(
+                    input_qspec_map={}, output_qspec=act, _annotated=True
+                )
+        elif isinstance(rule, rules.Compute):
+            input_specs = {arg: in_spec(arg) for arg in inputs}
+            output_spec = act
+        elif isinstance(rule, rules.FixedOutput):
+            input_specs = {arg: in_spec(arg) for arg in inputs}
+            output_spec = specs.fixed_spec(rule.scale, rule.zero_point)
+        else:
+            assert isinstance(rule, rules.SharedWithInput)
+            first = inputs[0]
+            input_specs[first] = in_spec(first)
+            shared = SharedQuantizationSpec((first, node))
+            for other in inputs[1:]:
+                input_specs[other] = shared
+            output_spec = shared
+
+        node.meta[_ANNOTATION] = QuantizationAnnotation(
+            input_qspec_map=input_specs, output_qspec=output_spec, _annotated=True
+        )
+
+    @staticmethod
+    def _input_spec(arg: Node, act: QuantizationSpecBase) -> QuantizationSpecBase:
+        """Read a producer's int8 output as it is: share its observer instead of adding a second one.
+
+        Without this, a tensor with fixed qparams (softmax's output) would be requantized before the
+        next op (softmax -> mean), a Q/DQ pair the upstream partitioner then refuses to delegate.
+        """
+        annotation = arg.meta.get(_ANNOTATION)
+        if annotation is not None and annotation.output_qspec is not None:
+            return SharedQuantizationSpec(arg)
+        return act
+
+    @staticmethod
+    def _fusable_user(node: Node) -> Node | None:
+        users = list(node.users)
+        if len(users) == 1 and rules.is_fusable_activation(users[0]) and _ANNOTATION not in users[0].meta:
+            return users[0]
+        return None

@@ -1,0 +1,120 @@
+"""Per-op quantization rules: which aten op gets which int8 treatment, as one table.
+
+The rule kinds are types, not strings. ``quantizer.ImxrtQuantizer`` walks the graph and applies the row of
+each node's op; an op without a row is left float (and later falls back to the CPU with that reason).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class Weighted:
+    """Conv / linear: activation input, per-channel weight at ``weight_axis``, derived int32 bias.
+
+    A following fusable activation (relu, relu6) takes over the output observer: no Q/DQ between them.
+    """
+
+    weight_axis: int = 0
+
+
+@dataclass(frozen=True)
+class Compute:
+    """An op that computes new values: its tensor inputs and its output each get their own observer."""
+
+
+@dataclass(frozen=True)
+class SharedWithInput:
+    """An op that moves or selects values: its output (and every other tensor input) shares the qparams
+    of its first input, so the int8 kernel copies bytes without requantizing."""
+
+
+@dataclass(frozen=True)
+class FixedOutput:
+    """An op whose int8 kernel dictates the output qparams (TFLM's softmax, logistic and tanh)."""
+
+    scale: float
+    zero_point: int
+
+
+Rule = Weighted | Compute | SharedWithInput | FixedOutput
+
+_SOFTMAX_OUT = FixedOutput(scale=1.0 / 256.0, zero_point=-128)
+_TANH_OUT = FixedOutput(scale=1.0 / 128.0, zero_point=0)
+
+RULES: dict[torch._ops.OpOverload, Rule] = {
+    # weighted
+    aten.conv2d.default: Weighted(),
+    aten.conv2d.padding: Weighted(),
+    aten.linear.default: Weighted(),
+    aten.conv_transpose2d.input: Weighted(weight_axis=1),
+    # elementwise and matrix compute
+    aten.add.Tensor: Compute(),
+    aten.sub.Tensor: Compute(),
+    aten.mul.Tensor: Compute(),  # calibrated inputs: no clipping of either operand to a fixed range
+    aten.bmm.default: Compute(),
+    aten.matmul.default: Compute(),
+    aten.relu.default: Compute(),
+    aten.relu6.default: Compute(),
+    aten.hardtanh.default: Compute(),
+    aten.clamp.default: Compute(),
+    aten.hardswish.default: Compute(),
+    aten.leaky_relu.default: Compute(),
+    aten.prelu.default: Compute(),
+    aten.exp.default: Compute(),
+    aten.log.default: Compute(),
+    aten.rsqrt.default: Compute(),
+    aten.abs.default: Compute(),
+    aten.neg.default: Compute(),
+    aten.gelu.default: Compute(),
+    aten.upsample_bilinear2d.vec: Compute(),
+    # fixed output ranges
+    aten.softmax.int: _SOFTMAX_OUT,
+    aten._softmax.default: _SOFTMAX_OUT,
+    aten.sigmoid.default: _SOFTMAX_OUT,  # TFLite LOGISTIC: scale 1/256, zero point -128
+    aten.tanh.default: _TANH_OUT,
+    # data movement and selection: output shares the input's qparams
+    aten.max_pool2d.default: SharedWithInput(),
+    aten.avg_pool2d.default: SharedWithInput(),
+    aten.adaptive_avg_pool2d.default: SharedWithInput(),
+    aten.mean.dim: SharedWithInput(),
+    aten.sum.dim_IntList: SharedWithInput(),
+    aten.amax.default: SharedWithInput(),
+    aten.amin.default: SharedWithInput(),
+    aten.maximum.default: SharedWithInput(),
+    aten.minimum.default: SharedWithInput(),
+    aten.cat.default: SharedWithInput(),
+    aten.concat.default: SharedWithInput(),
+    aten.view.default: SharedWithInput(),
+    aten.reshape.default: SharedWithInput(),
+    aten.flatten.using_ints: SharedWithInput(),
+    aten.permute.default: SharedWithInput(),
+    aten.transpose.int: SharedWithInput(),
+    aten.squeeze.dim: SharedWithInput(),
+    aten.squeeze.dims: SharedWithInput(),
+    aten.unsqueeze.default: SharedWithInput(),
+    aten.slice.Tensor: SharedWithInput(),
+    aten.pad.default: SharedWithInput(),
+    aten.constant_pad_nd.default: SharedWithInput(),
+    aten.upsample_nearest2d.vec: SharedWithInput(),
+    aten.contiguous.default: SharedWithInput(),
+    aten.clone.default: SharedWithInput(),
+}
+
+# Activations that fold into the preceding conv / linear's output clamp: no Q/DQ between them.
+FUSABLE_ACTIVATIONS = frozenset({aten.relu.default, aten.relu6.default, aten.hardtanh.default})
+
+
+def is_fusable_activation(node: torch.fx.Node) -> bool:
+    """relu, relu6, and hardtanh(0, 6) (relu6's export form): the ranges a producer's clamp expresses."""
+    if node.op != "call_function" or node.target not in FUSABLE_ACTIVATIONS:
+        return False
+    if node.target == aten.hardtanh.default:
+        low, high = (list(node.args[1:3]) + [-1.0, 1.0])[:2]
+        return (low, high) in {(0.0, 6.0), (0.0, float("inf"))}
+    return True

@@ -1,0 +1,89 @@
+"""Quantization specs of the int8 scheme every imxrt program uses.
+
+Activations: int8 per-tensor asymmetric. Weights: int8 per-channel symmetric ([-127, 127], so the CMSIS-NN
+and Neutron kernels can treat the filter offset as 0). Bias: int32 at s_in * s_w[c] with zero point 0.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.fx import Node
+from torchao.quantization.pt2e import (
+    FakeQuantize,
+    MinMaxObserver,
+    MovingAverageMinMaxObserver,
+    MovingAveragePerChannelMinMaxObserver,
+    PerChannelMinMaxObserver,
+)
+from torchao.quantization.pt2e.quantizer import (
+    DerivedQuantizationSpec,
+    FixedQParamsQuantizationSpec,
+    QuantizationSpec,
+)
+
+INT8_MIN, INT8_MAX = -128, 127
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def activation_spec(qat: bool = False) -> QuantizationSpec:
+    """Per-tensor asymmetric int8, calibrated by min/max (TFLite's converter does the same)."""
+    observer = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver) if qat else MinMaxObserver
+    return QuantizationSpec(
+        dtype=torch.int8,
+        quant_min=INT8_MIN,
+        quant_max=INT8_MAX,
+        qscheme=torch.per_tensor_affine,
+        is_dynamic=False,
+        observer_or_fake_quant_ctr=observer.with_args(eps=2**-12) if not qat else observer,
+    )
+
+
+def weight_spec(channel_axis: int, qat: bool = False) -> QuantizationSpec:
+    """Per-output-channel symmetric int8 in [-127, 127]."""
+    observer = (
+        FakeQuantize.with_args(observer=MovingAveragePerChannelMinMaxObserver)
+        if qat
+        else PerChannelMinMaxObserver
+    )
+    return QuantizationSpec(
+        dtype=torch.int8,
+        quant_min=-127,
+        quant_max=INT8_MAX,
+        qscheme=torch.per_channel_symmetric,
+        ch_axis=channel_axis,
+        is_dynamic=False,
+        observer_or_fake_quant_ctr=observer,
+    )
+
+
+def _bias_qparams(observers) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bias scale per output channel: s_in * s_w[c], zero point 0 (TFLite and CMSIS-NN require it)."""
+    input_observer, weight_observer = observers
+    input_scale, _ = input_observer.calculate_qparams()
+    weight_scale, _ = weight_observer.calculate_qparams()
+    scale = (input_scale * weight_scale).to(torch.float32)
+    return scale, torch.zeros_like(scale, dtype=torch.int32)
+
+
+def bias_spec(op_node: Node, input_node: Node, weight_node: Node) -> DerivedQuantizationSpec:
+    return DerivedQuantizationSpec(
+        derived_from=[(input_node, op_node), (weight_node, op_node)],
+        derive_qparams_fn=_bias_qparams,
+        dtype=torch.int32,
+        quant_min=INT32_MIN + 1,
+        quant_max=INT32_MAX,
+        qscheme=torch.per_channel_symmetric,
+        ch_axis=0,
+    )
+
+
+def fixed_spec(scale: float, zero_point: int) -> FixedQParamsQuantizationSpec:
+    """Output qparams the int8 kernel itself dictates (softmax, logistic, tanh)."""
+    return FixedQParamsQuantizationSpec(
+        dtype=torch.int8,
+        scale=scale,
+        zero_point=zero_point,
+        quant_min=INT8_MIN,
+        quant_max=INT8_MAX,
+        qscheme=torch.per_tensor_affine,
+    )

@@ -1,0 +1,1 @@
+"""Report stage: placement, coverage and (later) memory and latency, as JSON and text."""

@@ -1,0 +1,155 @@
+"""NPU partitioner: tag every int8 cluster the target's Neutron runs, and record why the others stay out.
+
+A partition's inputs and outputs are int8 tensors: the model-input quantize and the model-output
+dequantize run on the CPU, everything between two NPU ops (quantize -> dequantize pairs) is inside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from executorch.exir.backend.utils import tag_constant_data
+from torch.export import ExportedProgram
+from torch.fx import Node
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from imxrt.npu import support
+from imxrt.passes.qdq import Cluster, find_clusters, is_compute, is_dequantize, is_quantize, tensor_args
+from imxrt.targets import Target
+
+BACKEND_ID = "NeutronBackend"
+
+# Ops kept whole through to_edge so the NPU sees one FULLY_CONNECTED / HARD_SWISH / RESIZE, not a
+# decomposition into float primitives.
+_KEEP_WHOLE = (
+    torch.ops.aten.linear.default,
+    torch.ops.aten.hardswish.default,
+    torch.ops.aten.upsample_nearest2d.vec,
+    torch.ops.aten.upsample_bilinear2d.vec,
+    torch.ops.aten.prelu.default,
+)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where one compute node of the edge graph runs, and why."""
+
+    node: str
+    op: str
+    npu: bool
+    reason: str
+
+
+@dataclass
+class PlacementLog:
+    """The partitioner's verdict on every compute node, in graph order (the reporter of STYLE.md item 8)."""
+
+    decisions: dict[str, Decision] = field(default_factory=dict)
+
+    def record(self, node: Node, npu: bool, reason: str) -> None:
+        self.decisions[node.name] = Decision(node.name, support.op_name(node), npu, reason)
+
+
+class _InPartition(OperatorSupportBase):
+    def __init__(self, nodes: set[Node]):
+        self.nodes = nodes
+
+    def is_node_supported(self, submodules, node: Node) -> bool:
+        return node in self.nodes
+
+
+def compile_specs_for(target: Target, neutron_compiler: str) -> list[CompileSpec]:
+    """What ``NeutronBackend.preprocess`` needs to know: the target and which Neutron compiler to run."""
+    return [
+        CompileSpec("target", target.name.encode()),
+        CompileSpec("neutron_compiler", neutron_compiler.encode()),
+    ]
+
+
+class NpuPartitioner(Partitioner):
+    """Delegates every int8 op the target's Neutron NPU supports to ``NeutronBackend``."""
+
+    def __init__(self, target: Target, neutron_compiler: str = "reference", log: PlacementLog | None = None):
+        assert target.npu is not None, "NpuPartitioner needs a target with an NPU"
+        super().__init__()
+        self.target = target
+        self.log = log if log is not None else PlacementLog()
+        self.delegation_spec = DelegationSpec(BACKEND_ID, compile_specs_for(target, neutron_compiler))
+
+    def ops_to_not_decompose(self, ep: ExportedProgram):
+        def keep(node: Node) -> bool:
+            # Only int8 ops stay whole; a float one decomposes for the portable kernels.
+            return any(is_dequantize_aten(a) for a in tensor_args(node))
+
+        return list(_KEEP_WHOLE), keep
+
+    def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        graph = exported_program.graph_module.graph
+        clusters = find_clusters(graph)
+        accepted: list[Cluster] = []
+        for node in graph.nodes:
+            if not is_compute(node):
+                continue
+            cluster = clusters.get(node)
+            ok, reason = support.check(node, cluster, self.target.npu)
+            self.log.record(node, ok, reason)
+            if ok and cluster is not None and node is cluster.anchor:
+                accepted.append(cluster)
+
+        members = self._members(accepted)
+        partitions = CapabilityBasedPartitioner(
+            exported_program.graph_module, _InPartition(members), allows_single_node_partition=True
+        ).propose_partitions()
+
+        order = {n: i for i, n in enumerate(graph.nodes)}
+        tags: dict[str, DelegationSpec] = {}
+        for partition in sorted(partitions, key=lambda p: min(order[n] for n in p.nodes)):
+            computes = [n for n in partition.nodes if is_compute(n)]
+            if computes and all(_is_data_movement(n) for n in computes):
+                for n in computes:
+                    self.log.record(n, False, "a partition of data-movement ops alone would only add NPU "
+                                              "call overhead; kept on the CPU")
+                continue
+            tag = f"neutron_{len(tags)}"
+            for n in partition.nodes:
+                n.meta["delegation_tag"] = tag
+            tags[tag] = self.delegation_spec
+        tag_constant_data(exported_program)
+        return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
+
+    @staticmethod
+    def _members(accepted: list[Cluster]) -> set[Node]:
+        """Cluster ops, the dequantizes they read and the quantizes they feed; the int8 tensors at the
+        edges (model-input quantize, model-output dequantize) stay outside."""
+        members: set[Node] = set()
+        for cluster in accepted:
+            members.update(cluster.ops)
+            members.update(cluster.quantizes)
+            members.update(cluster.dequantizes)
+            for n in cluster.anchor.users:  # getitem of a multi-output op
+                if not is_quantize(n) and n not in cluster.ops:
+                    members.add(n)
+        # A dequantize shared with a CPU op cannot sit in the partition.
+        return {n for n in members if not is_dequantize(n) or all(u in members for u in n.users)}
+
+
+def _is_data_movement(node: Node) -> bool:
+    row = support.SUPPORTED.get(node.target)
+    return row is not None and row.data_movement
+
+
+_ATEN_DQ = {
+    torch.ops.quantized_decomposed.dequantize_per_tensor.default,
+    torch.ops.quantized_decomposed.dequantize_per_channel.default,
+}
+
+
+def is_dequantize_aten(node: Node) -> bool:
+    return node.op == "call_function" and (node.target in _ATEN_DQ or is_dequantize(node))
+
+
+__all__ = ["BACKEND_ID", "Decision", "NpuPartitioner", "PlacementLog", "compile_specs_for"]

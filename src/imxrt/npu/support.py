@@ -1,0 +1,329 @@
+"""Neutron capability table: which int8 edge ops the eIQ Neutron NPU runs, and under which constraints.
+
+Each constraint is a named function whose docstring is the rule a user reads (filled from the target's
+limits); it returns ``(ok, what was found)``. ``check(cluster, npu)`` gives the first failed rule as the
+reason a node stays on the CPU. The same text feeds the report and ``docs/supported_ops.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from executorch.exir.dialects._ops import ops as exir_ops
+from torch.fx import Node
+
+from imxrt.passes.qdq import Cluster, is_dequantize, qparams_of_dequantize, tensor_args
+from imxrt.targets import NeutronConfig
+
+edge = exir_ops.edge.aten
+
+MAX_KERNEL_STRIDE_DILATION = 4096
+MAX_MAC_BOUND = 65535  # kH * kW * roundup(C_in, num_macs): the weight block one pipe streams
+SOFTMAX_MAX_CHANNELS = 2040
+SOFTMAX_MAX_ROWS = 4096  # N*H*W
+SOFTMAX_MAX_ELEMENTS = 524288
+RESIZE_SCALES = (1, 2, 4, 8)
+
+
+def _shape(node: object) -> tuple[int, ...]:
+    value = node.meta.get("val") if isinstance(node, Node) else None
+    return tuple(int(d) for d in value.shape) if value is not None else ()
+
+
+def _ints(value: object, count: int, default: int) -> tuple[int, ...]:
+    if value is None or value == []:
+        return (default,) * count
+    values = tuple(int(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
+    return values * count if len(values) == 1 else values
+
+
+def _arg(node: Node, index: int, name: str, default: object = None) -> object:
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
+
+
+Constraint = Callable[[Cluster, NeutronConfig], tuple[bool, str]]
+
+
+# --- shared constraints ---------------------------------------------------------------------------------
+
+def output_shares_input_qparams(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Input and output must share quantization parameters (the NPU moves bytes without requantizing)."""
+    found = cluster.input_qparams(0)
+    out = cluster.output_qparams()
+    return out.same_as(found), f"input {found}, output {out}"
+
+
+def all_inputs_share_output_qparams(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """All inputs must share the output's quantization parameters."""
+    out = cluster.output_qparams()
+    ins = [qparams_of_dequantize(a) for a in tensor_args(cluster.anchor) if is_dequantize(a)]
+    return all(out.same_as(q) for q in ins), f"inputs {ins}, output {out}"
+
+
+def static_weights(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Weights and bias must be constant int8 / int32 tensors."""
+    tensors = tensor_args(cluster.anchor)[1:3]
+    dynamic = [t.name for t in tensors if is_dequantize(t) and t.args[0].op != "placeholder"]
+    return not dynamic, f"computed weights: {dynamic}" if dynamic else "constant weights"
+
+
+# --- convolution ------------------------------------------------------------------------------------------
+
+def _conv_params(node: Node):
+    weight_shape = _shape(node.args[1])
+    stride = _ints(node.args[3], 2, 1)
+    padding = _ints(node.args[4], 2, 0)
+    dilation = _ints(node.args[5], 2, 1)
+    groups = int(node.args[8])
+    return weight_shape, stride, padding, dilation, groups
+
+
+def conv_is_2d(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Convolution must be 2-D (1-D is rewritten to 2-D; 3-D has no Neutron kernel)."""
+    rank = len(_shape(cluster.anchor.args[1]))
+    return rank == 4, f"{rank - 2}-D convolution"
+
+
+def conv_window_limits(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Kernel size, stride and dilation must each be at most 4096."""
+    weight_shape, stride, _, dilation, _ = _conv_params(cluster.anchor)
+    values = (*weight_shape[2:], *stride, *dilation)
+    return max(values) <= MAX_KERNEL_STRIDE_DILATION, f"kernel {weight_shape[2:]}, stride {stride}, " \
+        f"dilation {dilation}"
+
+
+def conv_mac_bound(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """kH * kW * roundup(C_in, num_macs) must be at most 65535."""
+    weight_shape = _shape(cluster.anchor.args[1])
+    transposed = bool(cluster.anchor.args[6])
+    kh, kw = weight_shape[2:]
+    c_in = weight_shape[0] if transposed else weight_shape[1]  # input channels one output channel reads
+    bound = kh * kw * math.ceil(c_in / npu.num_macs) * npu.num_macs
+    return bound <= MAX_MAC_BOUND, f"kH*kW*roundup(C_in, {npu.num_macs}) = {bound}"
+
+
+def transpose_conv_shape(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Transposed convolution: groups 1, dilation 1, stride <= kernel and <= 2, padding < kernel."""
+    node = cluster.anchor
+    if not node.args[6]:
+        return True, "not transposed"
+    weight_shape, stride, padding, dilation, groups = _conv_params(node)
+    kernel = weight_shape[2:]
+    ok = (
+        groups == 1
+        and dilation == (1, 1)
+        and all(s <= min(k, 2) for s, k in zip(stride, kernel, strict=True))
+        and all(p < k for p, k in zip(padding, kernel, strict=True))
+    )
+    return ok, f"groups {groups}, dilation {dilation}, stride {stride}, padding {padding}, kernel {kernel}"
+
+
+# --- matrix ops -------------------------------------------------------------------------------------------
+
+def linear_weight_rank2(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Fully connected weight must be a rank-2 constant int8 tensor."""
+    node = cluster.anchor
+    weight = node.args[1] if node.target == edge.linear.default else node.args[-1]
+    if node.target == edge.addmm.default:
+        weight = node.args[2]
+    source = weight.args[0] if isinstance(weight, Node) and weight.target == edge.permute_copy.default else weight
+    constant = is_dequantize(source) and source.args[0].op == "placeholder"
+    rank = len(_shape(weight))
+    return constant and rank == 2, f"rank {rank}, {'constant' if constant else 'computed'} weight"
+
+
+def addmm_unit_scaling(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """addmm must have alpha = beta = 1."""
+    alpha = cluster.anchor.kwargs.get("alpha", 1)
+    beta = cluster.anchor.kwargs.get("beta", 1)
+    return alpha == 1 and beta == 1, f"alpha {alpha}, beta {beta}"
+
+
+def bmm_rank3_zero_points(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Batch matmul inputs must be rank 3 with zero points 0."""
+    ranks = [len(_shape(a)) for a in cluster.anchor.args[:2]]
+    zps = [cluster.input_qparams(i).zero_point if cluster.input_qparams(i) else None for i in range(2)]
+    return ranks == [3, 3] and zps == [0, 0], f"ranks {ranks}, zero points {zps}"
+
+
+# --- elementwise ------------------------------------------------------------------------------------------
+
+def binary_broadcast(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Two inputs; broadcasting is allowed only when one input has the output's element count."""
+    node = cluster.anchor
+    out = math.prod(_shape(node))
+    counts = [math.prod(_shape(a)) if isinstance(a, Node) else 1 for a in node.args[:2]]
+    return len(node.args) >= 2 and out in counts, f"input elements {counts}, output {out}"
+
+
+def add_sub_unit_alpha(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """add / sub must have alpha = 1."""
+    alpha = cluster.anchor.kwargs.get("alpha", 1)
+    return alpha == 1, f"alpha {alpha}"
+
+
+# --- pooling and reductions -------------------------------------------------------------------------------
+
+def avg_pool_options(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Average pooling: no ceil_mode, no divisor_override, padding counted; kernel and stride <= 4096."""
+    node = cluster.anchor
+    kernel = _ints(_arg(node, 1, "kernel_size"), 2, 1)
+    stride = _ints(_arg(node, 2, "stride") or kernel, 2, 1)
+    padding = _ints(_arg(node, 3, "padding", 0), 2, 0)
+    ceil_mode = bool(_arg(node, 4, "ceil_mode", False))
+    include_pad = bool(_arg(node, 5, "count_include_pad", True))
+    divisor = _arg(node, 6, "divisor_override", None)
+    ok = (not ceil_mode and divisor is None and (include_pad or padding == (0, 0))
+          and max(*kernel, *stride) <= MAX_KERNEL_STRIDE_DILATION)
+    return ok, f"kernel {kernel}, stride {stride}, ceil_mode {ceil_mode}, count_include_pad {include_pad}, " \
+        f"divisor_override {divisor}"
+
+
+def adaptive_pool_divisible(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Adaptive average pooling: H_in % H_out == 0 and W_in % W_out == 0."""
+    h_in, w_in = _shape(cluster.anchor.args[0])[-2:]
+    h_out, w_out = _shape(cluster.anchor)[-2:]
+    return h_in % h_out == 0 and w_in % w_out == 0, f"{h_in}x{w_in} -> {h_out}x{w_out}"
+
+
+def max_pool_options(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Max pooling: dilation 1, no ceil_mode, indices unused; kernel and stride <= 4096."""
+    node = cluster.anchor
+    kernel = _ints(_arg(node, 1, "kernel_size"), 2, 1)
+    stride = _ints(_arg(node, 2, "stride") or kernel, 2, 1)
+    dilation = _ints(_arg(node, 4, "dilation", 1), 2, 1)
+    ceil_mode = bool(_arg(node, 5, "ceil_mode", False))
+    indices_used = any(u.target is operator.getitem and u.args[1] == 1 and u.users for u in node.users)
+    ok = dilation == (1, 1) and not ceil_mode and not indices_used and max(*kernel, *stride) <= 4096
+    return ok, f"dilation {dilation}, ceil_mode {ceil_mode}, indices used {indices_used}"
+
+
+# --- softmax, resize, slice, pad --------------------------------------------------------------------------
+
+def softmax_channel_dim(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Softmax must run over the channel dimension (dim 1 of a 4-D tensor, the last dim otherwise)."""
+    shape = _shape(cluster.anchor.args[0])
+    dim = int(cluster.anchor.args[1]) % len(shape)
+    channel = 1 if len(shape) == 4 else len(shape) - 1
+    return dim == channel, f"softmax over dim {dim} of a rank-{len(shape)} tensor"
+
+
+def softmax_size(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Softmax: C <= 2040, N*H*W <= 4096 and C*N*H*W <= 524288."""
+    shape = _shape(cluster.anchor.args[0])
+    channels = shape[1] if len(shape) == 4 else shape[-1]
+    rows = math.prod(shape) // channels
+    ok = channels <= SOFTMAX_MAX_CHANNELS and rows <= SOFTMAX_MAX_ROWS and rows * channels <= SOFTMAX_MAX_ELEMENTS
+    return ok, f"C {channels}, N*H*W {rows}"
+
+
+def resize_scale(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Resize: 4-D input, integer scale factor in {1, 2, 4, 8} on H and W."""
+    shape_in, shape_out = _shape(cluster.anchor.args[0]), _shape(cluster.anchor)
+    if len(shape_in) != 4:
+        return False, f"rank-{len(shape_in)} input"
+    scales = [o / i for o, i in zip(shape_out[2:], shape_in[2:], strict=True)]
+    return all(s in RESIZE_SCALES for s in scales), f"scale {scales}"
+
+
+def slice_unit_step(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Slice must have step 1."""
+    step = int(_arg(cluster.anchor, 4, "step", 1))
+    return step == 1, f"step {step}"
+
+
+def pad_with_zero(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Constant padding must pad with 0 (the int8 zero point)."""
+    value = float(_arg(cluster.anchor, 2, "value", 0.0) or 0.0)
+    return value == 0.0, f"pad value {value}"
+
+
+@dataclass(frozen=True)
+class NeutronOp:
+    """One row of the capability table: the LiteRT op(s) it becomes and the rules it must meet."""
+
+    litert: str
+    constraints: tuple[Constraint, ...] = ()
+    data_movement: bool = False  # moves bytes only: a partition of nothing but these is not worth forming
+
+
+_MOVE = (output_shares_input_qparams,)
+
+SUPPORTED: dict[object, NeutronOp] = {
+    edge.convolution.default: NeutronOp(
+        "CONV_2D / DEPTHWISE_CONV_2D / TRANSPOSE_CONV",
+        (conv_is_2d, static_weights, conv_window_limits, conv_mac_bound, transpose_conv_shape),
+    ),
+    edge.linear.default: NeutronOp("FULLY_CONNECTED", (linear_weight_rank2,)),
+    edge.addmm.default: NeutronOp("FULLY_CONNECTED", (linear_weight_rank2, addmm_unit_scaling)),
+    edge.mm.default: NeutronOp("FULLY_CONNECTED", (linear_weight_rank2,)),
+    edge.bmm.default: NeutronOp("BATCH_MATMUL", (bmm_rank3_zero_points,)),
+    edge.add.Tensor: NeutronOp("ADD", (binary_broadcast, add_sub_unit_alpha)),
+    edge.sub.Tensor: NeutronOp("SUB", (binary_broadcast, add_sub_unit_alpha)),
+    edge.mul.Tensor: NeutronOp("MUL", (binary_broadcast,)),
+    edge.maximum.default: NeutronOp("MAXIMUM", (all_inputs_share_output_qparams,)),
+    edge.minimum.default: NeutronOp("MINIMUM", (all_inputs_share_output_qparams,)),
+    edge.cat.default: NeutronOp("CONCATENATION", (all_inputs_share_output_qparams,), data_movement=True),
+    edge.avg_pool2d.default: NeutronOp("AVERAGE_POOL_2D", (*_MOVE, avg_pool_options)),
+    edge._adaptive_avg_pool2d.default: NeutronOp("AVERAGE_POOL_2D", (*_MOVE, adaptive_pool_divisible)),
+    edge.max_pool2d_with_indices.default: NeutronOp("MAX_POOL_2D", (*_MOVE, max_pool_options)),
+    edge.max_pool2d.default: NeutronOp("MAX_POOL_2D", (*_MOVE, max_pool_options)),
+    edge.mean.dim: NeutronOp("MEAN", _MOVE),
+    edge.sum.dim_IntList: NeutronOp("SUM", _MOVE),
+    edge.amax.default: NeutronOp("REDUCE_MAX", _MOVE),
+    edge.amin.default: NeutronOp("REDUCE_MIN", _MOVE),
+    edge._softmax.default: NeutronOp("SOFTMAX", (softmax_channel_dim, softmax_size)),
+    edge.relu.default: NeutronOp("RELU"),
+    edge.hardtanh.default: NeutronOp("RELU6 / RELU_N1_TO_1 / RELU_0_TO_1 / MINIMUM+MAXIMUM"),
+    edge.clamp.default: NeutronOp("MINIMUM / MAXIMUM"),
+    edge.sigmoid.default: NeutronOp("LOGISTIC"),
+    edge.tanh.default: NeutronOp("TANH"),
+    edge.exp.default: NeutronOp("EXP"),
+    edge.log.default: NeutronOp("LOG"),
+    edge.rsqrt.default: NeutronOp("RSQRT"),
+    edge.hardswish.default: NeutronOp("HARD_SWISH"),
+    edge.leaky_relu.default: NeutronOp("LEAKY_RELU"),
+    edge.abs.default: NeutronOp("ABS"),
+    edge.neg.default: NeutronOp("NEG"),
+    edge.prelu.default: NeutronOp("PRELU", (binary_broadcast,)),
+    edge.constant_pad_nd.default: NeutronOp("PAD", (*_MOVE, pad_with_zero), data_movement=True),
+    edge.reflection_pad2d.default: NeutronOp("MIRROR_PAD", _MOVE, data_movement=True),
+    edge.permute_copy.default: NeutronOp("TRANSPOSE", _MOVE, data_movement=True),
+    edge.view_copy.default: NeutronOp("RESHAPE", _MOVE, data_movement=True),
+    edge.squeeze_copy.dims: NeutronOp("RESHAPE", _MOVE, data_movement=True),
+    edge.squeeze_copy.dim: NeutronOp("RESHAPE", _MOVE, data_movement=True),
+    edge.unsqueeze_copy.default: NeutronOp("RESHAPE", _MOVE, data_movement=True),
+    edge.clone.default: NeutronOp("(none)", _MOVE, data_movement=True),
+    edge.slice_copy.Tensor: NeutronOp("SLICE", (*_MOVE, slice_unit_step), data_movement=True),
+    edge.upsample_nearest2d.vec: NeutronOp("RESIZE_NEAREST_NEIGHBOR", (*_MOVE, resize_scale)),
+    edge.upsample_bilinear2d.vec: NeutronOp("RESIZE_BILINEAR", (resize_scale,)),
+}
+
+
+def op_name(node: Node) -> str:
+    """``aten.convolution.default`` style name of an edge node's op."""
+    return getattr(node.target, "__name__", str(node.target))
+
+
+def check(node: Node, cluster: Cluster | None, npu: NeutronConfig) -> tuple[bool, str]:
+    """Whether the NPU runs ``node``; the reason is the user-facing rule that failed, with what was found."""
+    if cluster is None:
+        return False, "not quantized to int8 (no dequantize -> op -> quantize cluster around it)"
+    if node is cluster.activation:
+        return check(cluster.anchor, cluster, npu)
+    row = SUPPORTED.get(node.target)
+    if row is None:
+        return False, f"{op_name(node)} has no eIQ Neutron kernel"
+    for constraint in row.constraints:
+        ok, found = constraint(cluster, npu)
+        if not ok:
+            rule = constraint.__doc__.strip().splitlines()[0]
+            return False, f"{rule} (found: {found})"
+    if cluster.activation is not None:
+        return True, f"{row.litert} with fused {op_name(cluster.activation)}"
+    return True, row.litert

@@ -1,0 +1,177 @@
+"""``compile()``: export -> quantize -> lower (partition + NeutronBackend) -> serialize -> report.
+
+Each stage is one function below, called in order by ``compile``; the driver fits on one screen.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from executorch.exir import (
+    EdgeCompileConfig,
+    EdgeProgramManager,
+    ExecutorchBackendConfig,
+    to_edge_transform_and_lower,
+)
+from torch.export import ExportedProgram
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+from imxrt.errors import BadModel, BadOption
+from imxrt.npu.partitioner import NpuPartitioner, PlacementLog
+from imxrt.passes import run_aten_passes
+from imxrt.quantization import ImxrtQuantizer, calibrate
+from imxrt.report import placement
+from imxrt.targets import Target, get_target
+
+log = logging.getLogger("imxrt")
+
+NEUTRON_COMPILERS = ("reference",)
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Compiler choices (hardware facts live in ``Target``)."""
+
+    neutron_compiler: str = "reference"
+    calibration_samples: int | None = None  # use at most this many calibration tuples
+    show_progress: bool = True
+
+
+@dataclass
+class CompileResult:
+    """What ``compile`` produced: the program, the LiteRT subgraph of each NPU partition, the report."""
+
+    pte: bytes
+    partitions: list[bytes]
+    report: dict
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    edge: EdgeProgramManager | None = None
+
+
+def compile(
+    model: torch.nn.Module,
+    example_inputs: Sequence[torch.Tensor],
+    target: str | Target = "imxrt700",
+    calibration: Iterable[Sequence[torch.Tensor]] | None = None,
+    options: CompileOptions | None = None,
+) -> CompileResult:
+    """Compile a float ``model`` to an int8 ExecuTorch program for ``target``.
+
+    ``calibration`` is an iterable of input tuples; without it the example inputs calibrate (and a warning
+    says so, since one sample rarely gives representative ranges).
+    """
+    options = options or CompileOptions()
+    target = get_target(target) if isinstance(target, str) else target
+    if options.neutron_compiler not in NEUTRON_COMPILERS:
+        raise BadOption("--neutron-compiler", options.neutron_compiler, NEUTRON_COMPILERS)
+    example_inputs = check_inputs(model, example_inputs)
+    seconds: dict[str, float] = {}
+
+    start = time.perf_counter()
+    exported = export(model, example_inputs)
+    seconds["export"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    quantized = quantize(exported, example_inputs, calibration, options)
+    seconds["quantize"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    placement_log = PlacementLog()
+    edge = lower(quantized, target, options, placement_log)
+    seconds["lower"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    pte = serialize(edge)
+    seconds["serialize"] = time.perf_counter() - start
+
+    report, partitions = placement.build_report(edge, placement_log, target, options.neutron_compiler)
+    return CompileResult(pte=pte, partitions=partitions, report=report, stage_seconds=seconds, edge=edge)
+
+
+def check_inputs(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """The model must be float with float tensor inputs: int8 conversion is this compiler's job."""
+    if not isinstance(model, torch.nn.Module):
+        raise BadModel(f"expected a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    example_inputs = tuple(example_inputs)
+    if not example_inputs or not all(isinstance(x, torch.Tensor) for x in example_inputs):
+        raise BadModel("example inputs must be a non-empty tuple of tensors")
+    for index, x in enumerate(example_inputs):
+        if not x.dtype.is_floating_point:
+            raise BadModel(f"example input {index} is {x.dtype}; give the float model and float inputs, "
+                           "imxrt quantizes them itself")
+    for name, p in list(model.named_parameters()) + list(model.named_buffers()):
+        if p.dtype.is_floating_point or p.dtype in (torch.int64, torch.bool):
+            continue  # BatchNorm's num_batches_tracked is int64
+        raise BadModel(f"parameter {name} is {p.dtype}; give the float model, imxrt quantizes it itself")
+    return example_inputs
+
+
+def export(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...]) -> ExportedProgram:
+    """Capture the model with ``torch.export``; a model it cannot capture, or one with dynamic shapes,
+    is a ``BadModel`` naming the cause."""
+    model = model.eval()
+    try:
+        exported = torch.export.export(model, example_inputs, strict=False)
+    except Exception as e:  # torch.export raises many types; the first line names the cause
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise BadModel(f"torch.export could not capture the model ({type(e).__name__}: {first}); "
+                       "remove data-dependent control flow or shapes from forward()") from e
+    for node in exported.graph.nodes:
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor) and any(not isinstance(d, int) for d in value.shape):
+            raise BadModel("dynamic shapes are not supported: the NPU and the memory plan need static "
+                           f"shapes (symbolic shape {tuple(value.shape)})", node=node.name)
+    return exported
+
+
+def quantize(
+    exported: ExportedProgram,
+    example_inputs: tuple[torch.Tensor, ...],
+    calibration: Iterable[Sequence[torch.Tensor]] | None,
+    options: CompileOptions,
+) -> ExportedProgram:
+    """Graph passes, then pt2e int8 PTQ with ``ImxrtQuantizer``; returns the re-exported int8 program."""
+    graph_module = run_aten_passes(exported.module(check_guards=False))
+    prepared = prepare_pt2e(graph_module, ImxrtQuantizer())
+    if calibration is None:
+        log.warning("no calibration data given: calibrating on the example inputs alone; pass "
+                    "calibration_inputs() for representative activation ranges")
+        calibration = [example_inputs]
+    if options.calibration_samples is not None:
+        calibration = _first(calibration, options.calibration_samples)
+    calibrate(prepared, calibration, total=options.calibration_samples, show_progress=options.show_progress)
+    converted = convert_pt2e(prepared)
+    return torch.export.export(converted, example_inputs, strict=False)
+
+
+def _first(samples: Iterable, count: int):
+    for index, sample in enumerate(samples):
+        if index >= count:
+            return
+        yield sample
+
+
+def lower(
+    quantized: ExportedProgram, target: Target, options: CompileOptions, placement_log: PlacementLog
+) -> EdgeProgramManager:
+    """to_edge + NPU partitioning + ``NeutronBackend`` lowering of every partition."""
+    partitioners = []
+    if target.npu is not None:
+        partitioners.append(NpuPartitioner(target, options.neutron_compiler, placement_log))
+    return to_edge_transform_and_lower(
+        quantized,
+        partitioner=partitioners,
+        compile_config=EdgeCompileConfig(_check_ir_validity=False),
+    )
+
+
+def serialize(edge: EdgeProgramManager) -> bytes:
+    """Memory planning and flatbuffer serialization with ExecuTorch's own ``to_executorch``."""
+    program = edge.to_executorch(ExecutorchBackendConfig(extract_delegate_segments=True))
+    return bytes(program.buffer)

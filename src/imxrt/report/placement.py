@@ -1,0 +1,113 @@
+"""The placement report: what runs where and why, per op and per NPU partition (``report.json``)."""
+
+from __future__ import annotations
+
+from executorch.exir import EdgeProgramManager
+from executorch.exir.lowered_backend_module import LoweredBackendModule
+from torch.fx import Node
+
+from imxrt import macs
+from imxrt.npu import payload
+from imxrt.npu.compilers.reference import litert_ops
+from imxrt.npu.partitioner import BACKEND_ID, PlacementLog
+from imxrt.npu.support import op_name
+from imxrt.passes.qdq import is_compute
+from imxrt.targets import Target
+
+REPORT_VERSION = 1
+
+
+def _delegates(edge: EdgeProgramManager) -> list[LoweredBackendModule]:
+    """``NeutronBackend`` delegates in call order."""
+    gm = edge.exported_program().graph_module
+    found = []
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and getattr(node.target, "__name__", "") == "executorch_call_delegate":
+            module = getattr(gm, node.args[0].target)
+            if module.backend_id == BACKEND_ID:
+                found.append(module)
+    return found
+
+
+def build_report(
+    edge: EdgeProgramManager, log: PlacementLog, target: Target, neutron_compiler: str
+) -> tuple[dict, list[bytes]]:
+    """``report.json`` as a dict, and the LiteRT bytes of each partition (in partition order)."""
+    ops: list[dict] = []
+    partitions: list[dict] = []
+    tflites: list[bytes] = []
+    for index, delegate in enumerate(_delegates(edge)):
+        blob = bytes(delegate.processed_bytes)
+        tflite = payload.unpack(blob).tflite if payload.is_reference(blob) else b""
+        tflites.append(tflite)
+        nodes = [n for n in delegate.original_module.graph.nodes if is_compute(n)]
+        partition_macs = 0
+        for node in nodes:
+            decision = log.decisions.get(node.name)
+            node_macs = macs.of(node)
+            partition_macs += node_macs
+            ops.append(_op_entry(node, "npu", index, decision.reason if decision else "delegated", node_macs))
+        partitions.append({
+            "index": index,
+            "tflite": f"npu/partition_{index}.tflite",
+            "ops": litert_ops(tflite) if tflite else [],
+            "nodes": [n.name for n in nodes],
+            "macs": partition_macs,
+            "payload": "reference" if payload.is_reference(blob) else "microcode",
+            "payload_bytes": len(blob),
+        })
+    for node in edge.exported_program().graph.nodes:
+        if not is_compute(node) or getattr(node.target, "__name__", "") == "executorch_call_delegate":
+            continue
+        decision = log.decisions.get(node.name)
+        reason = decision.reason if decision else "created after partitioning (runs on the CPU)"
+        ops.append(_op_entry(node, "cpu", None, reason, macs.of(node)))
+
+    macs_total = sum(op["macs"] for op in ops)
+    macs_npu = sum(op["macs"] for op in ops if op["placement"] == "npu")
+    transposes = sum(p["ops"].count("TRANSPOSE") for p in partitions)
+    report = {
+        "version": REPORT_VERSION,
+        "target": target.name,
+        "neutron_compiler": neutron_compiler,
+        "ops": ops,
+        "partitions": partitions,
+        "summary": {
+            "macs_total": macs_total,
+            "macs_npu": macs_npu,
+            "npu_mac_fraction": (macs_npu / macs_total) if macs_total else 1.0,
+            "partitions": len(partitions),
+            "transposes": transposes,
+            "ops_npu": sum(op["placement"] == "npu" for op in ops),
+            "ops_cpu": sum(op["placement"] == "cpu" for op in ops),
+        },
+    }
+    return report, tflites
+
+
+def _op_entry(node: Node, placement: str, partition: int | None, reason: str, node_macs: int) -> dict:
+    return {
+        "name": node.name,
+        "op": op_name(node),
+        "placement": placement,
+        "partition": partition,
+        "reason": reason,
+        "macs": node_macs,
+    }
+
+
+def summary_lines(report: dict) -> list[str]:
+    """The placement summary the CLI prints."""
+    s = report["summary"]
+    lines = [
+        f"target {report['target']} (Neutron compiler: {report['neutron_compiler']})",
+        f"NPU: {s['ops_npu']} ops in {s['partitions']} partition(s), "
+        f"{s['macs_npu']:,} of {s['macs_total']:,} MACs ({100 * s['npu_mac_fraction']:.1f}%), "
+        f"{s['transposes']} TRANSPOSE",
+    ]
+    cpu = [op for op in report["ops"] if op["placement"] == "cpu"]
+    if cpu:
+        lines.append(f"CPU: {len(cpu)} ops")
+        for op in cpu:
+            lines.append(f"  {op['name']} ({op['op']}): {op['reason']}")
+    return lines

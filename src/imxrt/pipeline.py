@@ -22,7 +22,7 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 from imxrt.errors import BadModel, BadOption
 from imxrt.npu.partitioner import NpuPartitioner, PlacementLog
-from imxrt.passes import run_aten_passes
+from imxrt.passes import EDGE_PASSES, run_aten_passes
 from imxrt.quantization import ImxrtQuantizer, calibrate
 from imxrt.report import placement
 from imxrt.targets import Target, get_target
@@ -166,6 +166,7 @@ def lower(
         partitioners.append(NpuPartitioner(target, options.neutron_compiler, placement_log))
     return to_edge_transform_and_lower(
         quantized,
+        transform_passes=[pass_type() for pass_type in EDGE_PASSES],
         partitioner=partitioners,
         compile_config=EdgeCompileConfig(_check_ir_validity=False),
     )

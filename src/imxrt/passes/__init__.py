@@ -1,4 +1,4 @@
-"""Graph passes on the exported aten graph, run once before quantization."""
+"""Graph passes: on the exported aten graph before quantization, and on the edge graph before partitioning."""
 
 from __future__ import annotations
 
@@ -7,11 +7,16 @@ from torch.fx import GraphModule
 from imxrt.passes.convert_conv1d_to_conv2d import ConvertConv1dToConv2dPass
 from imxrt.passes.convert_div_to_mul import ConvertDivToMulPass
 from imxrt.passes.fold_batch_norm import FoldBatchNormPass
+from imxrt.passes.remove_identity_as_strided import RemoveIdentityAsStridedPass
 from imxrt.passes.remove_noops import RemoveNoOpsPass
 
 # Order matters: no-ops go first so a dropout between conv and batch norm does not block folding;
 # batch norms fold before conv1d becomes conv2d, whose trailing squeeze would separate them.
 ATEN_PASSES = (RemoveNoOpsPass, FoldBatchNormPass, ConvertConv1dToConv2dPass, ConvertDivToMulPass)
+
+
+# Run by to_edge_transform_and_lower after decomposition, before the partitioners see the graph.
+EDGE_PASSES = (RemoveIdentityAsStridedPass,)
 
 
 def run_aten_passes(gm: GraphModule) -> GraphModule:
@@ -21,4 +26,4 @@ def run_aten_passes(gm: GraphModule) -> GraphModule:
     return gm
 
 
-__all__ = ["ATEN_PASSES", "run_aten_passes"]
+__all__ = ["ATEN_PASSES", "EDGE_PASSES", "run_aten_passes"]

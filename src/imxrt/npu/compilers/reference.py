@@ -7,12 +7,16 @@ Neutron SDK has compiled it (``--neutron-compiler eiq``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from ai_edge_litert import schema_py_generated as tfl
 
 from imxrt.npu import payload
-from imxrt.npu.litert import LiteRTSubgraph
 from imxrt.targets import NeutronConfig
+
+if TYPE_CHECKING:
+    from imxrt.npu.litert import LiteRTSubgraph
 
 _BUILTIN_NAMES = {v: k for k, v in vars(tfl.BuiltinOperator).items() if not k.startswith("_")}
 _ITEM_BYTES = {tfl.TensorType.INT8: 1, tfl.TensorType.UINT8: 1, tfl.TensorType.INT16: 2,

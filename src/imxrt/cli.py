@@ -1,0 +1,132 @@
+"""The ``imxrt`` command: ``compile`` and ``targets``. Errors a user can cause print one line, exit 1."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from imxrt.errors import BadOption, ImxrtError
+
+EXIT_USER_ERROR = 1
+EXIT_INTERNAL_ERROR = 3
+
+
+def _quiet_third_party_logs() -> None:
+    # torchao reports optional CUDA kernels it cannot load, torch an Enum registration deprecation: noise
+    # for a CPU-only compiler's users.
+    for name in ("torchao", "torch.utils._pytree", "executorch"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="imxrt", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    compile_ = commands.add_parser("compile", help="compile a PyTorch model to an int8 .pte")
+    compile_.add_argument("source", help="a .py file defining model(), example_inputs() [, calibration_inputs()]"
+                                         ", or package.module:function")
+    compile_.add_argument("--target", default="imxrt700", help="target name (see `imxrt targets`)")
+    compile_.add_argument("-o", "--output", required=True, type=Path, help="output folder")
+    compile_.add_argument("--calibration-samples", type=int, default=None,
+                          help="use at most N calibration samples")
+    compile_.add_argument("--neutron-compiler", default="reference", help="reference")
+    compile_.add_argument("--quiet", action="store_true", help="no progress bar or summary")
+
+    commands.add_parser("targets", help="list the targets")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _quiet_third_party_logs()
+    logging.basicConfig(format="imxrt: %(levelname)s: %(message)s", level=logging.WARNING, stream=sys.stderr)
+    try:
+        if args.command == "targets":
+            return _targets()
+        return _compile(args)
+    except ImxrtError as e:
+        print(f"imxrt: error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("imxrt: interrupted", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except Exception as e:  # our bug: say so in one line unless asked for the traceback
+        if args.debug or os.environ.get("IMXRT_DEBUG"):
+            raise
+        print(f"imxrt: internal error: {type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+              " (rerun with --debug for the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL_ERROR
+
+
+def _targets() -> int:
+    from imxrt.targets import TARGETS
+
+    for target in TARGETS.values():
+        npu = target.npu
+        npu_text = (f"Neutron {npu.hw_version}-{npu.macs_per_cycle} ({npu.num_pipes} pipes x {npu.num_macs} MACs) "
+                    f"@ {npu.clock_hz / 1e6:.0f} MHz") if npu else "no NPU"
+        print(f"{target.name:12s} {target.description}")
+        print(f"{'':12s} NPU: {npu_text}; CPU: {target.cpu.core} ({target.cpu.isa}) @ "
+              f"{target.cpu.clock_hz / 1e6:.0f} MHz; SRAM {target.sram_bytes // 1024} KiB")
+    return 0
+
+
+def _compile(args: argparse.Namespace) -> int:
+    from imxrt.pipeline import CompileOptions, compile
+    from imxrt.report.placement import summary_lines
+    from imxrt.source import load_source
+    from imxrt.targets import get_target
+
+    target = get_target(args.target)  # before any slow work: a typo fails at once
+    if args.calibration_samples is not None and args.calibration_samples < 1:
+        raise BadOption("--calibration-samples", args.calibration_samples, "a positive number")
+    source = load_source(args.source)
+    options = CompileOptions(
+        neutron_compiler=args.neutron_compiler,
+        calibration_samples=args.calibration_samples,
+        show_progress=not args.quiet,
+    )
+    result = compile(source.model, source.example_inputs, target, source.calibration, options)
+    write_outputs(result, args.output)
+    if not args.quiet:
+        for line in summary_lines(result.report):
+            print(line)
+        print(f"wrote {args.output / 'model.pte'} ({len(result.pte):,} bytes), report.json, "
+              f"{len(result.partitions)} partition .tflite")
+    return 0
+
+
+def write_outputs(result, output: Path) -> None:
+    """Write every artifact into a temporary folder beside ``output``, then move them into place:
+    a failure leaves nothing half-written."""
+    output = output.resolve()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    try:
+        (staging / "model.pte").write_bytes(result.pte)
+        (staging / "report.json").write_text(json.dumps(result.report, indent=2, sort_keys=True) + "\n")
+        (staging / "npu").mkdir()
+        for index, tflite in enumerate(result.partitions):
+            (staging / "npu" / f"partition_{index}.tflite").write_bytes(tflite)
+        if not output.exists():
+            staging.rename(output)
+            return
+        if not output.is_dir():
+            raise BadOption("-o", str(output), "a folder path (it names an existing file)")
+        if (output / "npu").exists():
+            shutil.rmtree(output / "npu")
+        for item in staging.iterdir():
+            os.replace(item, output / item.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

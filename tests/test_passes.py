@@ -1,0 +1,111 @@
+"""Graph passes on the exported aten graph: each keeps the model's float outputs and removes its op."""
+
+import pytest
+import torch
+import torch.nn as nn
+
+from imxrt.passes import run_aten_passes
+
+aten = torch.ops.aten
+
+
+def _targets(gm):
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def _trained(model, *shapes):
+    """Move BN statistics away from the identity so folding is really exercised."""
+    torch.manual_seed(0)
+    model.train()
+    for _ in range(3):
+        model(*(torch.randn(4, *s[1:]) for s in shapes))
+    return model.eval()
+
+
+class ConvBn(nn.Module):
+    def __init__(self, bias: bool):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=bias)
+        self.bn = nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+class LinearBn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(6, 5)
+        self.bn = nn.BatchNorm1d(5)
+
+    def forward(self, x):
+        return self.bn(self.linear(x))
+
+
+class Conv1dBnDivDropout(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 6, 3, stride=2, padding=1, dilation=1)
+        self.bn = nn.BatchNorm1d(6)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.bn(self.conv(x))) / 4.0
+
+
+@pytest.mark.parametrize(
+    "model, shape",
+    [(ConvBn(bias=True), (1, 3, 8, 8)), (ConvBn(bias=False), (1, 3, 8, 8)), (LinearBn(), (2, 6)),
+     (Conv1dBnDivDropout(), (1, 4, 16))],
+    ids=["conv_bn", "conv_nobias_bn", "linear_bn", "conv1d_bn_div_dropout"],
+)
+def test_passes_remove_their_ops_and_keep_the_outputs(model, shape):
+    model = _trained(model, shape)
+    x = torch.randn(*shape)
+    gm = torch.export.export(model, (x,)).module(check_guards=False)
+    expected = model(x)
+    gm = run_aten_passes(gm)
+    targets = _targets(gm)
+    assert aten.batch_norm.default not in targets
+    assert aten.dropout.default not in targets
+    assert aten.conv1d.default not in targets
+    assert aten.div.Tensor not in targets
+    torch.testing.assert_close(gm(x), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_division_becomes_multiplication_by_the_reciprocal():
+    class Div(nn.Module):
+        def forward(self, x):
+            return x / 8.0
+
+    gm = run_aten_passes(torch.export.export(Div(), (torch.randn(3),)).module(check_guards=False))
+    (mul,) = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert mul.target == aten.mul.Tensor and mul.args[1] == 0.125
+
+
+def test_division_by_a_tensor_is_kept():
+    class Div(nn.Module):
+        def forward(self, x, y):
+            return x / y
+
+    gm = run_aten_passes(torch.export.export(Div(), (torch.randn(3), torch.rand(3) + 1)).module(
+        check_guards=False))
+    assert aten.div.Tensor in _targets(gm)
+
+
+def test_batch_norm_with_a_second_user_of_the_conv_is_not_folded():
+    class Branch(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(2, 2, 1)
+            self.bn = nn.BatchNorm2d(2)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return self.bn(y) + y
+
+    model = _trained(Branch(), (1, 2, 4, 4))
+    x = torch.randn(1, 2, 4, 4)
+    gm = run_aten_passes(torch.export.export(model, (x,)).module(check_guards=False))
+    assert aten.batch_norm.default in _targets(gm)
+    torch.testing.assert_close(gm(x), model(x))

@@ -1,0 +1,77 @@
+"""The int8 scheme the quantizer produces, read off the edge graph's quantize / dequantize nodes."""
+
+import torch
+import torch.nn as nn
+
+from edge_graphs import int8_edge_program, nodes_named
+from imxrt.passes.qdq import find_clusters, qparams_of_dequantize, qparams_of_quantize
+
+
+def _calibration(*shapes, scale=1.0, count=8):
+    generator = torch.Generator().manual_seed(0)
+    return [tuple(scale * torch.randn(*s, generator=generator) for s in shapes) for _ in range(count)]
+
+
+class Mul(nn.Module):
+    def forward(self, x, y):
+        return x * y
+
+
+def test_mul_inputs_keep_calibrated_qparams():
+    """Upstream pins both mul inputs to scale 1/256 (clipping to +-0.5); ours follow calibration."""
+    data = _calibration((1, 16), (1, 16), scale=4.0)
+    program = int8_edge_program(Mul(), data[0], data)
+    (mul,) = nodes_named(program, "aten.mul.Tensor")
+    for arg in mul.args:
+        qparams = qparams_of_dequantize(arg)
+        assert qparams.scale * 255 > 8.0, f"mul input range {qparams.scale * 255} clips the data"
+
+
+class SoftmaxMean(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1).mean(dim=-1, keepdim=True)
+
+
+def test_op_after_softmax_shares_its_fixed_qparams_without_requantizing():
+    data = _calibration((2, 10))
+    program = int8_edge_program(SoftmaxMean(), data[0], data)
+    (softmax,) = nodes_named(program, "aten._softmax.default")
+    (q,) = softmax.users
+    assert (qparams_of_quantize(q).scale, qparams_of_quantize(q).zero_point) == (1 / 256, -128)
+    (mean,) = nodes_named(program, "aten.mean.dim")
+    assert qparams_of_dequantize(mean.args[0]) == qparams_of_quantize(q)
+    (mean_q,) = mean.users
+    assert qparams_of_quantize(mean_q) == qparams_of_quantize(q)
+
+
+class ConvRelu6Pool(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        return nn.functional.max_pool2d(nn.functional.relu6(self.conv(x)), 2)
+
+
+def test_conv_weights_bias_fused_activation_and_shared_pool_qparams():
+    data = _calibration((1, 3, 8, 8))
+    program = int8_edge_program(ConvRelu6Pool(), data[0], data)
+    (conv,) = nodes_named(program, "aten.convolution.default")
+    activation_dq, weight_dq, bias_dq = conv.args[:3]
+    # weights: int8 per output channel, symmetric in [-127, 127]
+    assert weight_dq.args[3:] == (0, -127, 127, torch.int8)
+    # bias: int32 at s_in * s_w[c], zero point 0
+    constants = dict(program.named_buffers())
+    weight_scales = constants[program.graph_signature.inputs_to_buffers[weight_dq.args[1].name]]
+    bias_scales = constants[program.graph_signature.inputs_to_buffers[bias_dq.args[1].name]]
+    assert bias_dq.args[-1] == torch.int32
+    torch.testing.assert_close(bias_scales, weight_scales * qparams_of_dequantize(activation_dq).scale)
+    # relu6 is fused: the conv's only user is the activation, and only then a quantize
+    (relu6,) = conv.users
+    assert relu6.target.__name__ == "aten.hardtanh.default"
+    cluster = find_clusters(program.graph)[conv]
+    assert cluster.activation is relu6
+    # max pool shares its input's qparams
+    (pool,) = nodes_named(program, "aten.max_pool2d_with_indices.default")
+    pool_cluster = find_clusters(program.graph)[pool]
+    assert pool_cluster.output_qparams() == pool_cluster.input_qparams(0)

@@ -327,3 +327,25 @@ def check(node: Node, cluster: Cluster | None, npu: NeutronConfig) -> tuple[bool
     if cluster.activation is not None:
         return True, f"{row.litert} with fused {op_name(cluster.activation)}"
     return True, row.litert
+
+
+def supported_ops_markdown() -> str:
+    """``docs/supported_ops.md``: the capability table in words, generated from the rules themselves."""
+    lines = [
+        "# Operators the eIQ Neutron NPU runs",
+        "",
+        "Generated from `imxrt.npu.support` (`python -m imxrt.npu.support > docs/supported_ops.md`); a test",
+        "checks this file is current. Every op must also sit in an int8 QDQ cluster. Limits are those of the",
+        "imxrt700 target's Neutron N3-64 (`num_macs` = 8).",
+        "",
+        "| edge op | LiteRT op | rules |",
+        "|---|---|---|",
+    ]
+    for op, row in SUPPORTED.items():
+        rules = " ".join(c.__doc__.strip().splitlines()[0] for c in row.constraints) or "int8"
+        lines.append(f"| `{getattr(op, '__name__', op)}` | {row.litert} | {rules} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(supported_ops_markdown(), end="")

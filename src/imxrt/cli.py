@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 from imxrt.errors import BadOption, ImxrtError
@@ -18,10 +19,12 @@ EXIT_INTERNAL_ERROR = 3
 
 
 def _quiet_third_party_logs() -> None:
-    # torchao reports optional CUDA kernels it cannot load, torch an Enum registration deprecation: noise
-    # for a CPU-only compiler's users.
+    # torchao reports optional CUDA kernels it cannot load, torch and ExecuTorch their own deprecations:
+    # noise for a CPU-only compiler's users, who cannot act on it.
     for name in ("torchao", "torch.utils._pytree", "executorch"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -109,6 +112,9 @@ def write_outputs(result, output: Path) -> None:
     output = output.resolve()
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the output folder is an ordinary one
     try:
         (staging / "model.pte").write_bytes(result.pte)
         (staging / "report.json").write_text(json.dumps(result.report, indent=2, sort_keys=True) + "\n")

@@ -11,12 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-from executorch.exir import (
-    EdgeCompileConfig,
-    EdgeProgramManager,
-    ExecutorchBackendConfig,
-    to_edge_transform_and_lower,
-)
+from executorch.exir import EdgeCompileConfig, EdgeProgramManager, ExecutorchBackendConfig, to_edge_transform_and_lower
 from torch.export import ExportedProgram
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -49,7 +44,7 @@ class CompileResult:
     partitions: list[bytes]
     report: dict
     stage_seconds: dict[str, float] = field(default_factory=dict)
-    edge: EdgeProgramManager | None = None
+    quantized: ExportedProgram | None = None  # the int8 program as PyTorch runs it (fake-quantized float)
 
 
 def compile(
@@ -84,12 +79,14 @@ def compile(
     edge = lower(quantized, target, options, placement_log)
     seconds["lower"] = time.perf_counter() - start
 
+    # Read the placement before serialization: to_executorch rewrites the edge graph in place.
+    report, partitions = placement.build_report(edge, placement_log, target, options.neutron_compiler)
+
     start = time.perf_counter()
     pte = serialize(edge)
     seconds["serialize"] = time.perf_counter() - start
 
-    report, partitions = placement.build_report(edge, placement_log, target, options.neutron_compiler)
-    return CompileResult(pte=pte, partitions=partitions, report=report, stage_seconds=seconds, edge=edge)
+    return CompileResult(pte=pte, partitions=partitions, report=report, stage_seconds=seconds, quantized=quantized)
 
 
 def check_inputs(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -174,5 +171,8 @@ def lower(
 
 def serialize(edge: EdgeProgramManager) -> bytes:
     """Memory planning and flatbuffer serialization with ExecuTorch's own ``to_executorch``."""
+    # The out variants of quantize/dequantize (the model-I/O conversions on the CPU) are registered with
+    # torch by this import; to_executorch needs them to emit the kernel calls.
+    import executorch.kernels.quantized  # noqa: F401
     program = edge.to_executorch(ExecutorchBackendConfig(extract_delegate_segments=True))
     return bytes(program.buffer)

@@ -18,10 +18,13 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from imxrt.npu import support
+from imxrt.npu.backend import NeutronBackend
 from imxrt.passes.qdq import Cluster, find_clusters, is_compute, is_dequantize, is_quantize, tensor_args
 from imxrt.targets import Target
 
-BACKEND_ID = "NeutronBackend"
+# ExecuTorch finds a backend among BackendDetails' subclasses by class name: importing the class here is
+# what makes the id resolvable wherever this partitioner is used.
+BACKEND_ID = NeutronBackend.__name__
 
 # Ops kept whole through to_edge so the NPU sees one FULLY_CONNECTED / HARD_SWISH / RESIZE, not a
 # decomposition into float primitives.

@@ -11,7 +11,7 @@ from imxrt.npu import payload
 from imxrt.npu.compilers.reference import litert_ops
 from imxrt.npu.partitioner import BACKEND_ID, PlacementLog
 from imxrt.npu.support import op_name
-from imxrt.passes.qdq import is_compute
+from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
 from imxrt.targets import Target
 
 REPORT_VERSION = 1
@@ -57,11 +57,14 @@ def build_report(
             "payload_bytes": len(blob),
         })
     for node in edge.exported_program().graph.nodes:
-        if not is_compute(node) or getattr(node.target, "__name__", "") == "executorch_call_delegate":
+        if node.op != "call_function" or getattr(node.target, "__name__", "") == "executorch_call_delegate":
             continue
-        decision = log.decisions.get(node.name)
-        reason = decision.reason if decision else "created after partitioning (runs on the CPU)"
-        ops.append(_op_entry(node, "cpu", None, reason, macs.of(node)))
+        if is_quantize(node) or is_dequantize(node):
+            ops.append(_op_entry(node, "cpu", None, _conversion_reason(node), 0))
+        elif is_compute(node):
+            decision = log.decisions.get(node.name)
+            reason = decision.reason if decision else "created after partitioning"
+            ops.append(_op_entry(node, "cpu", None, reason, macs.of(node)))
 
     macs_total = sum(op["macs"] for op in ops)
     macs_npu = sum(op["macs"] for op in ops if op["placement"] == "npu")
@@ -83,6 +86,17 @@ def build_report(
         },
     }
     return report, tflites
+
+
+def _conversion_reason(node: Node) -> str:
+    """Why a quantize / dequantize runs on the CPU: it converts at the float edge of the int8 program."""
+    if is_quantize(node):
+        source = node.args[0]
+        what = "the float model input" if source.op == "placeholder" else f"the float output of {source.name}"
+        return f"converts {what} to int8"
+    if any(user.op == "output" for user in node.users):
+        return "converts an int8 model output to float"
+    return "converts an int8 tensor to float for a CPU op"
 
 
 def _op_entry(node: Node, placement: str, partition: int | None, reason: str, node_macs: int) -> dict:

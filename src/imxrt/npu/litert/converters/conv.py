@@ -1,0 +1,221 @@
+"""convolution -> CONV_2D, DEPTHWISE_CONV_2D, grouped (SLICE, CONV_2D per group, CONCATENATION) or
+TRANSPOSE_CONV; explicit padding TFLite cannot express becomes a PAD in front (padding = zero point)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from ai_edge_litert import schema_py_generated as schema
+from torch.fx import Node
+
+from imxrt.npu.litert.context import LoweringContext, Output, edge_shape
+from imxrt.npu.litert.converters.common import Padding, options, window_padding
+from imxrt.npu.litert.converters.pad import pad_tensor
+from imxrt.npu.litert.errors import UnsupportedForLiteRT
+from imxrt.npu.litert.ir import PerChannel, PerTensor, Tensor
+
+CONV_INPUT, CONV_WEIGHT, CONV_BIAS = 0, 1, 2
+_NHWC_CHANNELS = 3
+
+
+@dataclass(frozen=True)
+class ConvArgs:
+    """convolution.default(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+    groups), spatial lists as (h, w)."""
+
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+    transposed: bool
+    output_padding: tuple[int, int]
+    groups: int
+
+    @staticmethod
+    def of(node: Node) -> ConvArgs:
+        stride, padding, dilation, transposed, output_padding, groups = node.args[3:9]
+        if len(stride) != 2:
+            raise UnsupportedForLiteRT(node, f"{len(stride)}-d convolution; LiteRT lowers 2-d only")
+        pair = lambda v: (int(v[0]), int(v[1]))  # noqa: E731
+        return ConvArgs(pair(stride), pair(padding), pair(dilation), bool(transposed), pair(output_padding),
+                        int(groups))
+
+
+def convert_convolution(ctx: LoweringContext, node: Node) -> None:
+    args = ConvArgs.of(node)
+    if args.transposed:
+        _transpose_conv(ctx, node, args)
+        return
+    x = ctx.tensor(node.args[CONV_INPUT], node)
+    out = ctx.output(node, fusable=True)
+    weight, scales, axis = ctx.weight(node.args[CONV_WEIGHT], node)
+    if axis != 0:
+        raise UnsupportedForLiteRT(node, f"conv weight quantized along axis {axis}, expected 0 (out channels)")
+    in_channels = edge_shape(node.args[CONV_INPUT])[1]
+    out_channels, _, kernel_h, kernel_w = weight.shape
+    x, padding = _padded_input(ctx, node, x, args, (kernel_h, kernel_w), out.sources)
+    bias = node.args[CONV_BIAS]
+
+    if args.groups == 1:
+        _conv_2d(ctx, node, x, weight, scales, bias, args, padding, out)
+    elif args.groups == in_channels and out_channels % in_channels == 0:
+        _depthwise(ctx, node, x, weight, scales, bias, args, padding, out)
+    else:
+        _grouped(ctx, node, x, weight, scales, bias, args, padding, out)
+
+
+def _padded_input(ctx, node, x, args: ConvArgs, kernel, sources) -> tuple[Tensor, int]:
+    """The input and the TFLite padding to use: SAME / VALID if it matches, else PAD then VALID."""
+    _, _, height, width = edge_shape(node.args[CONV_INPUT])
+    padding = window_padding((height, width), kernel, args.stride, args.dilation, args.padding)
+    if padding is not None:
+        return x, padding
+    pad_h, pad_w = args.padding
+    return pad_tensor(ctx, x, [(0, 0), (pad_h, pad_h), (pad_w, pad_w), (0, 0)], sources), Padding.VALID
+
+
+def _conv_options(args: ConvArgs, padding: int, fused: int) -> object:
+    return options(
+        schema.Conv2DOptionsT,
+        padding=padding,
+        strideH=args.stride[0],
+        strideW=args.stride[1],
+        dilationHFactor=args.dilation[0],
+        dilationWFactor=args.dilation[1],
+        fusedActivationFunction=fused,
+    )
+
+
+def _conv_2d(ctx, node, x, weight, scales, bias, args, padding, out: Output) -> None:
+    """OIHW int8 weights -> OHWI, per-channel along dim 0."""
+    filters = ctx.constant_tensor(
+        node.args[CONV_WEIGHT].name, weight.transpose(0, 2, 3, 1), PerChannel(tuple(scales), axis=0)
+    )
+    bias_tensor = ctx.bias(bias, node, _bias_scales(x, scales))
+    conv_options = _conv_options(args, padding, out.fused)
+    ctx.emit_result("CONV_2D", [x, filters, bias_tensor], out, conv_options)
+
+
+def _depthwise(ctx, node, x, weight, scales, bias, args, padding, out: Output) -> None:
+    """(C_out, 1, kh, kw) -> [1, kh, kw, C_out], per-channel along dim 3. Output channel c reads input
+    channel c // depth_multiplier in both PyTorch and TFLite."""
+    in_channels = x.shape[_NHWC_CHANNELS]
+    filters = ctx.constant_tensor(
+        node.args[CONV_WEIGHT].name, weight.transpose(1, 2, 3, 0), PerChannel(tuple(scales), axis=3)
+    )
+    bias_tensor = ctx.bias(bias, node, _bias_scales(x, scales))
+    depthwise_options = options(
+        schema.DepthwiseConv2DOptionsT,
+        padding=padding,
+        strideH=args.stride[0],
+        strideW=args.stride[1],
+        dilationHFactor=args.dilation[0],
+        dilationWFactor=args.dilation[1],
+        depthMultiplier=weight.shape[0] // in_channels,
+        fusedActivationFunction=out.fused,
+    )
+    ctx.emit_result("DEPTHWISE_CONV_2D", [x, filters, bias_tensor], out, depthwise_options)
+
+
+def _grouped(ctx, node, x, weight, scales, bias, args, padding, out: Output) -> None:
+    """1 < groups < C_in: SLICE the input channels per group, one CONV_2D per group, CONCATENATION.
+    Everything stays in LiteRT; the group convs share the output qparams, so the concat copies bytes."""
+    groups = args.groups
+    in_per_group = x.shape[_NHWC_CHANNELS] // groups
+    out_per_group = weight.shape[0] // groups
+    bias_values = ctx.bias_values(bias, node, weight.shape[0])
+    conv_options = _conv_options(args, padding, out.fused)
+    pieces = []
+    for group in range(groups):
+        begin = [0, 0, 0, group * in_per_group]
+        size = [*x.shape[:3], in_per_group]
+        piece = ctx.activation_tensor(f"{x.name}_group{group}", size, x.quantization)
+        ctx.emit(
+            "SLICE", [x, ctx.int32_constant("begin", begin), ctx.int32_constant("size", size)], [piece],
+            None, out.sources,
+        )
+        rows = slice(group * out_per_group, (group + 1) * out_per_group)
+        group_scales = scales[rows]
+        filters = ctx.constant_tensor(
+            f"{node.args[CONV_WEIGHT].name}_group{group}",
+            weight[rows].transpose(0, 2, 3, 1),
+            PerChannel(tuple(group_scales), axis=0),
+        )
+        group_bias = ctx.constant_tensor(
+            f"{node.name}_bias", bias_values[rows], PerChannel(tuple(_bias_scales(x, group_scales)), axis=0)
+        )
+        result = ctx.activation_tensor(
+            f"{out.anchor.name}_group{group}", [*out.shape[:3], out_per_group], out.quantization
+        )
+        ctx.emit("CONV_2D", [piece, filters, group_bias], [result], conv_options, out.sources)
+        pieces.append(result)
+    concat = options(schema.ConcatenationOptionsT, axis=_NHWC_CHANNELS)
+    ctx.emit_result("CONCATENATION", pieces, out, concat)
+
+
+def _bias_scales(x: Tensor, weight_scales: np.ndarray) -> np.ndarray:
+    """TFLite's bias scale: s_in * s_w[c] (what the quantizer derived the int32 bias with)."""
+    assert isinstance(x.quantization, PerTensor)
+    return np.float32(x.quantization.scale) * weight_scales.astype(np.float32)
+
+
+# ---- transposed convolution ----------------------------------------------------------------------
+
+
+def _transpose_pad_before(padding: int, out_size: int, kernel: int, stride: int) -> int:
+    """The padding TFLite's TRANSPOSE_CONV derives from the output size (TFLite padding.h)."""
+    if padding == Padding.SAME:
+        inner = math.ceil(out_size / stride)
+    else:
+        inner = (out_size - kernel + stride) // stride
+    return max((inner - 1) * stride + kernel - out_size, 0) // 2
+
+
+def _transpose_conv(ctx: LoweringContext, node: Node, args: ConvArgs) -> None:
+    """PyTorch weight (C_in, C_out, kh, kw) -> TFLite [C_out, kh, kw, C_in], per-channel along C_out.
+    TFLite output row o = i * stride - pad + k, PyTorch o = i * stride - padding + k: we need TFLite's
+    derived pad to equal PyTorch's padding; else a VALID full-size result is SLICEd."""
+    if args.groups != 1 or args.dilation != (1, 1):
+        raise UnsupportedForLiteRT(node, "transposed convolution with groups or dilation")
+    x = ctx.tensor(node.args[CONV_INPUT], node)
+    out = ctx.output(node, fusable=True)
+    weight, scales, axis = ctx.weight(node.args[CONV_WEIGHT], node)
+    if axis != 1:
+        raise UnsupportedForLiteRT(node, f"transposed conv weight quantized along axis {axis}, expected 1")
+    _, _, kernel_h, kernel_w = weight.shape
+    kernels = (kernel_h, kernel_w)
+    filters = ctx.constant_tensor(
+        node.args[CONV_WEIGHT].name, weight.transpose(1, 2, 3, 0), PerChannel(tuple(scales), axis=0)
+    )
+    bias_tensor = ctx.bias(node.args[CONV_BIAS], node, _bias_scales(x, scales))
+    out_hw = out.shape[1:3]
+    in_hw = x.shape[1:3]
+
+    def matches(padding: int) -> bool:
+        return all(
+            _transpose_pad_before(padding, out_hw[d], kernels[d], args.stride[d]) == args.padding[d]
+            for d in range(2)
+        )
+
+    padding = next((p for p in (Padding.VALID, Padding.SAME) if matches(p)), None)
+    conv_options = lambda p: options(  # noqa: E731
+        schema.TransposeConvOptionsT, padding=p, strideH=args.stride[0], strideW=args.stride[1],
+        fusedActivationFunction=out.fused,
+    )
+    if padding is not None:
+        output_shape = ctx.int32_constant("output_shape", out.shape)
+        ctx.emit_result("TRANSPOSE_CONV", [output_shape, filters, x, bias_tensor], out, conv_options(padding))
+        return
+    full_hw = [(in_hw[d] - 1) * args.stride[d] + kernels[d] for d in range(2)]
+    if any(args.padding[d] + out_hw[d] > full_hw[d] for d in range(2)):
+        raise UnsupportedForLiteRT(node, "output_padding larger than padding: output rows no input reaches")
+    full_shape = [out.shape[0], *full_hw, out.shape[3]]
+    full = ctx.activation_tensor(out.anchor.name + "_full", full_shape, out.quantization)
+    output_shape = ctx.int32_constant("output_shape", full_shape)
+    ctx.emit("TRANSPOSE_CONV", [output_shape, filters, x, bias_tensor], [full], conv_options(Padding.VALID),
+             out.sources)
+    begin = ctx.int32_constant("begin", [0, args.padding[0], args.padding[1], 0])
+    size = ctx.int32_constant("size", out.shape)
+    ctx.emit_result("SLICE", [full, begin, size], out)
+

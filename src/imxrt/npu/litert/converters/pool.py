@@ -1,0 +1,92 @@
+"""Pooling: avg_pool2d, _adaptive_avg_pool2d -> AVERAGE_POOL_2D; max_pool2d(_with_indices) -> MAX_POOL_2D.
+Both int8 kernels keep the input's qparams. Padding TFLite's SAME cannot express becomes a PAD in front:
+the zero point for an average that counts padding, -128 for a max."""
+
+from __future__ import annotations
+
+from ai_edge_litert import schema_py_generated as schema
+from torch.fx import Node
+
+from imxrt.npu.litert import qdq
+from imxrt.npu.litert.context import LoweringContext, edge_shape
+from imxrt.npu.litert.converters.common import Padding, options, window_padding
+from imxrt.npu.litert.converters.pad import pad_tensor
+from imxrt.npu.litert.errors import UnsupportedForLiteRT
+
+
+def _pair(value, default=None) -> tuple[int, int]:
+    if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+        value = default
+    if isinstance(value, int):
+        return value, value
+    return (int(value[0]), int(value[-1])) if len(value) else (0, 0)
+
+
+def _arg(node: Node, index: int, name: str, default):
+    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
+
+
+def convert_avg_pool(ctx: LoweringContext, node: Node) -> None:
+    """avg_pool2d(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)."""
+    kernel = _pair(node.args[1])
+    stride = _pair(_arg(node, 2, "stride", None), kernel)
+    pads = _pair(_arg(node, 3, "padding", 0))
+    if _arg(node, 4, "ceil_mode", False):
+        raise UnsupportedForLiteRT(node, "ceil_mode=True")
+    if _arg(node, 6, "divisor_override", None) is not None:
+        raise UnsupportedForLiteRT(node, "divisor_override")
+    count_include_pad = _arg(node, 5, "count_include_pad", True)
+    x = ctx.tensor(node.args[0], node)
+    out = ctx.output(node)
+    _, _, height, width = edge_shape(node.args[0])
+    padding = Padding.VALID if pads == (0, 0) else None
+    if padding is None and not count_include_pad:
+        # TFLite's SAME average divides by the number of real inputs, as count_include_pad=False does.
+        padding = window_padding((height, width), kernel, stride, (1, 1), pads)
+    if padding is None:
+        if not count_include_pad:
+            raise UnsupportedForLiteRT(node, "count_include_pad=False with padding TFLite's SAME does not match")
+        x = pad_tensor(ctx, x, [(0, 0), (pads[0], pads[0]), (pads[1], pads[1]), (0, 0)], out.sources)
+        padding = Padding.VALID
+    _emit_pool(ctx, "AVERAGE_POOL_2D", x, out, kernel, stride, padding)
+
+
+def convert_adaptive_avg_pool(ctx: LoweringContext, node: Node) -> None:
+    """_adaptive_avg_pool2d(x, output_size) with sizes that divide: a plain VALID average pool."""
+    _, _, height, width = edge_shape(node.args[0])
+    out_h, out_w = _pair(node.args[1])
+    if height % out_h or width % out_w:
+        raise UnsupportedForLiteRT(node, f"input {height}x{width} is not a multiple of output {out_h}x{out_w}")
+    kernel = (height // out_h, width // out_w)
+    x = ctx.tensor(node.args[0], node)
+    _emit_pool(ctx, "AVERAGE_POOL_2D", x, ctx.output(node), kernel, kernel, Padding.VALID)
+
+
+def convert_max_pool(ctx: LoweringContext, node: Node) -> None:
+    """max_pool2d_with_indices(x, kernel, stride, padding, dilation, ceil_mode) (indices unused) and
+    max_pool2d with the same arguments."""
+    kernel = _pair(node.args[1])
+    stride = _pair(_arg(node, 2, "stride", None), kernel)
+    pads = _pair(_arg(node, 3, "padding", 0))
+    if _pair(_arg(node, 4, "dilation", 1)) != (1, 1):
+        raise UnsupportedForLiteRT(node, "dilated max pool")
+    if _arg(node, 5, "ceil_mode", False):
+        raise UnsupportedForLiteRT(node, "ceil_mode=True")
+    x = ctx.tensor(node.args[0], node)
+    out = ctx.output(node)
+    _, _, height, width = edge_shape(node.args[0])
+    # TFLite's SAME max ignores padded positions, as PyTorch's -inf padding does.
+    padding = window_padding((height, width), kernel, stride, (1, 1), pads)
+    if padding is None:
+        paddings = [(0, 0), (pads[0], pads[0]), (pads[1], pads[1]), (0, 0)]
+        x = pad_tensor(ctx, x, paddings, out.sources, value=qdq.INT8_MIN)
+        padding = Padding.VALID
+    _emit_pool(ctx, "MAX_POOL_2D", x, out, kernel, stride, padding)
+
+
+def _emit_pool(ctx, builtin, x, out, kernel, stride, padding) -> None:
+    pool = options(
+        schema.Pool2DOptionsT, padding=padding, strideH=stride[0], strideW=stride[1], filterHeight=kernel[0],
+        filterWidth=kernel[1],
+    )
+    ctx.emit_result(builtin, [x], out, pool, quantization=x.quantization)

@@ -1,0 +1,72 @@
+"""Reductions over dims: mean.dim, sum.dim_IntList, amax, amin -> MEAN, SUM, REDUCE_MAX, REDUCE_MIN;
+and _softmax over the stored last axis -> SOFTMAX."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ai_edge_litert import schema_py_generated as schema
+from torch.fx import Node
+
+from imxrt.npu.litert import layout
+from imxrt.npu.litert.context import LoweringContext, edge_shape
+from imxrt.npu.litert.converters.common import options
+from imxrt.npu.litert.errors import UnsupportedForLiteRT
+from imxrt.npu.litert.ir import PerTensor
+
+# TFLM's int8 softmax writes these qparams (TFLite's converter uses the same).
+SOFTMAX_OUTPUT = PerTensor(scale=1.0 / 256.0, zero_point=-128)
+
+
+@dataclass(frozen=True)
+class Reduce:
+    """reduce(x, dims, keepdim). ``keeps_qparams``: the int8 kernel picks raw values (max / min), so
+    its result has the input's qparams; MEAN and SUM requantize themselves."""
+
+    builtin: str
+    keeps_qparams: bool = False
+
+    def __call__(self, ctx: LoweringContext, node: Node) -> None:
+        in_shape = edge_shape(node.args[0])
+        rank = len(in_shape)
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+        dims = list(range(rank)) if dims is None or dims == [] else ([dims] if isinstance(dims, int) else dims)
+        keepdim = bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
+        if node.kwargs.get("dtype") is not None:
+            raise UnsupportedForLiteRT(node, "reduction with a dtype")
+        axes = sorted({layout.stored_axis(d, rank) for d in dims})
+        x = ctx.tensor(node.args[0], node)
+        out = ctx.output(node)
+        quant = x.quantization if self.keeps_qparams else None
+        reducer_options = lambda keep: options(schema.ReducerOptionsT, keepDims=keep)  # noqa: E731
+        axes_tensor = ctx.int32_constant("axes", axes)
+        # Without keepdim the remaining stored dims must already be in edge order, else reduce with
+        # keepdim and let a view put them in order.
+        remaining = [layout.stored_order(rank)[k] for k in range(rank) if k not in axes]
+        if keepdim or remaining == sorted(remaining):
+            ctx.emit_result(self.builtin, [x, axes_tensor], out, reducer_options(keepdim), quantization=quant)
+            return
+        kept_edge = [1 if d in {a % rank for a in dims} else s for d, s in enumerate(in_shape)]
+        kept = ctx.activation_tensor(
+            out.anchor.name + "_kept", layout.stored_shape(kept_edge), quant or out.quantization
+        )
+        ctx.emit(self.builtin, [x, axes_tensor], [kept], reducer_options(True), out.sources)
+        ctx.bind(out, ctx.apply_steps(kept, layout.view_steps(kept_edge, out.edge_shape), out.sources))
+
+
+def convert_softmax(ctx: LoweringContext, node: Node) -> None:
+    """_softmax(x, dim, half_to_float): TFLite's SOFTMAX works on the last stored axis; for rank 4 that
+    is the channel dim (NHWC), elsewhere the last dim."""
+    rank = len(edge_shape(node.args[0]))
+    if layout.stored_axis(int(node.args[1]), rank) != rank - 1:
+        raise UnsupportedForLiteRT(node, f"softmax over dim {node.args[1]}, not the channel / last dim")
+    x = ctx.tensor(node.args[0], node)
+    ctx.emit_result(
+        "SOFTMAX", [x], ctx.output(node), options(schema.SoftmaxOptionsT, beta=1.0), quantization=SOFTMAX_OUTPUT
+    )
+
+
+MEAN = Reduce("MEAN")
+SUM = Reduce("SUM")
+REDUCE_MAX = Reduce("REDUCE_MAX", keeps_qparams=True)
+REDUCE_MIN = Reduce("REDUCE_MIN", keeps_qparams=True)

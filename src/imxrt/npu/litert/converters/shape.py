@@ -1,0 +1,69 @@
+"""Data movement: view / squeeze / unsqueeze / clone / copies -> RESHAPE or nothing; permute_copy ->
+TRANSPOSE composed with the layout; slice_copy -> SLICE; cat -> CONCATENATION. All keep qparams."""
+
+from __future__ import annotations
+
+import numpy as np
+from ai_edge_litert import schema_py_generated as schema
+from torch.fx import Node
+
+from imxrt.npu.litert import layout
+from imxrt.npu.litert.context import LoweringContext, edge_shape
+from imxrt.npu.litert.converters.common import options
+from imxrt.npu.litert.errors import UnsupportedForLiteRT
+
+
+def convert_view(ctx: LoweringContext, node: Node) -> None:
+    """Any op that only reinterprets the edge shape in row-major order (view, squeeze, unsqueeze, clone,
+    copies): a RESHAPE, a TRANSPOSE where the NHWC order differs from the edge order, or nothing."""
+    x = ctx.tensor(node.args[0], node)
+    out = ctx.output(node)
+    steps = layout.view_steps(edge_shape(node.args[0]), out.edge_shape)
+    ctx.bind(out, ctx.apply_steps(x, steps, out.sources))
+
+
+def convert_permute(ctx: LoweringContext, node: Node) -> None:
+    """permute_copy(x, dims) composed with the layout: nothing if the stored order does not change."""
+    x = ctx.tensor(node.args[0], node)
+    out = ctx.output(node)
+    rank = len(edge_shape(node.args[0]))
+    if rank != len(out.edge_shape):
+        raise UnsupportedForLiteRT(node, "permute between ranks")
+    perm = [int(d) % rank for d in node.args[1]]
+    ctx.bind(out, ctx.apply_steps(x, layout.permute_steps(x.shape, layout.stored_permutation(perm)), out.sources))
+
+
+def convert_slice(ctx: LoweringContext, node: Node) -> None:
+    """slice_copy(x, dim, start, end, step=1) -> SLICE on the stored axis."""
+    shape = edge_shape(node.args[0])
+    rank = len(shape)
+    dim = int(node.args[1]) % rank if len(node.args) > 1 else 0
+    start = node.args[2] if len(node.args) > 2 else None
+    end = node.args[3] if len(node.args) > 3 else None
+    step = node.args[4] if len(node.args) > 4 else 1
+    if step != 1:
+        raise UnsupportedForLiteRT(node, f"slice step {step}; only step 1 is lowered")
+    start, end, _ = slice(start, end).indices(shape[dim])
+    x = ctx.tensor(node.args[0], node)
+    out = ctx.output(node)
+    axis = layout.stored_axis(dim, rank)
+    begin = [0] * rank
+    begin[axis] = start
+    size = list(x.shape)
+    size[axis] = max(end - start, 0)
+    inputs = [x, ctx.int32_constant("begin", begin), ctx.int32_constant("size", size)]
+    ctx.emit_result("SLICE", inputs, out, quantization=x.quantization)
+
+
+def convert_cat(ctx: LoweringContext, node: Node) -> None:
+    """cat(tensors, dim) -> CONCATENATION; inputs with other qparams than the output are requantized
+    first (the int8 kernel copies bytes)."""
+    out = ctx.output(node)
+    rank = len(out.edge_shape)
+    dim = int(node.args[1]) if len(node.args) > 1 else 0
+    parts = [a for a in node.args[0] if int(np.prod(edge_shape(a))) > 0]
+    tensors = [ctx.tensor(a, node) for a in parts]
+    tensors = [t if t.quantization == out.quantization else ctx.requantize(t, out.quantization, out.sources)
+               for t in tensors]
+    concat = options(schema.ConcatenationOptionsT, axis=layout.stored_axis(dim, rank))
+    ctx.emit_result("CONCATENATION", tensors, out, concat)

@@ -1,0 +1,135 @@
+"""End to end: the bundled models compile to one NPU partition that TFLM and LiteRT run, and whose int8
+outputs match the quantized PyTorch program within one quantization step on every element."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import oracles
+from imxrt.npu import payload
+from imxrt.pipeline import CompileOptions, compile
+from imxrt.source import load_source
+from reference_outputs import max_step_difference, tflm_and_reference
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+# model file -> TRANSPOSE ops expected: only an NCHW image input with C > 1 needs one, as the first op
+MODELS = {
+    "ds_cnn.py": 0,  # 1x1x49x10: C = 1, so NCHW -> NHWC is a RESHAPE
+    "mobilenet_v1.py": 1,
+    "resnet8.py": 1,
+    "autoencoder.py": 0,
+    "mobilenet_v2.py": 1,
+    "channels_last.py": 0,  # channels_last I/O passes through
+}
+
+_compiled: dict[str, object] = {}
+
+
+def compiled(name: str):
+    """Compile each example once per test session (several tests read the same result)."""
+    if name not in _compiled:
+        source = load_source(str(EXAMPLES / name))
+        calibration = list(source.calibration) if source.calibration is not None else None
+        result = compile(source.model, source.example_inputs, "imxrt700", calibration,
+                         CompileOptions(show_progress=False))
+        _compiled[name] = (source, calibration, result)
+    return _compiled[name]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_whole_model_is_one_npu_partition(name):
+    _, _, result = compiled(name)
+    summary = result.report["summary"]
+    assert summary["npu_mac_fraction"] == 1.0
+    assert summary["partitions"] == 1
+    cpu = [op for op in result.report["ops"] if op["placement"] == "cpu"]
+    assert all(op["op"].startswith("quantized_decomposed.") for op in cpu), cpu
+    ops = oracles.tflite_ops(result.partitions[0])
+    assert ops.count("TRANSPOSE") == MODELS[name] == summary["transposes"]
+    if MODELS[name]:
+        assert ops[0] == "TRANSPOSE", "a TRANSPOSE may only convert the NCHW model input"
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_partition_runs_in_litert_and_matches_the_quantized_program_in_tflm(name):
+    source, calibration, result = compiled(name)
+    samples = (calibration or [source.example_inputs])[:3]
+    for inputs in samples:
+        got, expected, feeds = tflm_and_reference(result, tuple(inputs))
+        assert max_step_difference(got, expected) <= 1
+        litert = oracles.run_litert(result.partitions[0], feeds)
+        assert [a.shape for a in litert] == [a.shape for a in got]
+
+
+def _delegate_payloads(pte: bytes) -> list[bytes]:
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    program = deserialize_pte_binary(pte).program
+    return [bytes(blob.data) for blob in program.backend_delegate_data]
+
+
+@pytest.mark.parametrize("name, flag", [("channels_last.py", 1), ("mobilenet_v2.py", 0)])
+def test_image_input_format_flag_in_the_pte_payload(name, flag):
+    """channels_last input: the NPU takes NHWC bytes as they are (flag 1); NCHW: TRANSPOSE inside (flag 0)."""
+    _, _, result = compiled(name)
+    (blob,) = _delegate_payloads(result.pte)
+    assert payload.is_reference(blob)
+    reference = payload.unpack(blob)
+    (entry,) = reference.metadata["inputs"]
+    assert entry["format_flag"] == flag
+    assert reference.tflite == result.partitions[0]
+    (shape, *_), = oracles.tflite_io(reference.tflite)[0]
+    assert tuple(shape) == ((1, 96, 96, 3) if flag else (1, 3, 96, 96))
+
+
+def test_compiling_twice_gives_identical_bytes():
+    source = load_source(str(EXAMPLES / "resnet8.py"))
+    calibration = list(source.calibration)[:4]
+    first = compile(source.model, source.example_inputs, "imxrt700", calibration, CompileOptions(show_progress=False))
+    source = load_source(str(EXAMPLES / "resnet8.py"))
+    second = compile(source.model, source.example_inputs, "imxrt700", calibration, CompileOptions(show_progress=False))
+    assert first.pte == second.pte
+    assert first.partitions == second.partitions
+    assert first.report == second.report
+
+
+def test_report_lists_every_compute_op_with_placement_reason_and_macs():
+    _, _, result = compiled("resnet8.py")
+    report = result.report
+    assert report["target"] == "imxrt700" and report["neutron_compiler"] == "reference"
+    for op in report["ops"]:
+        assert set(op) >= {"name", "op", "placement", "partition", "reason", "macs"}
+        assert op["reason"]
+    (partition,) = report["partitions"]
+    assert partition["tflite"] == "npu/partition_0.tflite"
+    assert partition["macs"] == report["summary"]["macs_total"] == sum(op["macs"] for op in report["ops"])
+    # ResNet-8's MACs as MLPerf Tiny publishes them (reference/anchors.md)
+    assert report["summary"]["macs_total"] == 12_501_632
+
+
+def test_unsupported_ops_stay_on_the_cpu_with_a_reason_and_the_program_still_compiles():
+    class Mixed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.fc = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            y = torch.nn.functional.gelu(self.conv(x))
+            y = torch.softmax(y, dim=2)  # over H: not the channel dim
+            return self.fc(y.mean((2, 3)))
+
+    generator = torch.Generator().manual_seed(0)
+    data = [(torch.randn(1, 3, 8, 8, generator=generator),) for _ in range(4)]
+    result = compile(Mixed().eval(), data[0], "imxrt700", data, CompileOptions(show_progress=False))
+    by_op = {op["op"]: op for op in result.report["ops"]}
+    assert by_op["aten.gelu.default"]["placement"] == "cpu"
+    assert "no eIQ Neutron kernel" in by_op["aten.gelu.default"]["reason"]
+    assert by_op["aten._softmax.default"]["placement"] == "cpu"
+    assert "channel dimension" in by_op["aten._softmax.default"]["reason"]
+    assert by_op["aten.convolution.default"]["placement"] == "npu"
+    assert result.pte[4:8] == b"ET12"

@@ -1,0 +1,109 @@
+"""The imxrt command: outputs on success; on bad input one line, exit status 1, nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from imxrt.cli import EXIT_USER_ERROR, main
+
+TINY = """
+import torch
+def model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                               torch.nn.Linear(4 * 4 * 4, 2)).eval()
+def example_inputs():
+    return (torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(1)),)
+"""
+
+BAD_SOURCES = {
+    "no_model": ("def example_inputs():\n    return ()\n", "defines no model() function"),
+    "integer_input": (TINY.replace("torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(1))",
+                                   "torch.ones(1, 3, 6, 6, dtype=torch.int32)"),
+                      "example input 0 is torch.int32"),
+    "data_dependent_shape": (textwrap.dedent("""
+        import torch
+        class M(torch.nn.Module):
+            def forward(self, x):
+                return torch.nonzero(x).float().sum(0)
+        def model():
+            return M()
+        def example_inputs():
+            return (torch.randn(4, 4),)
+        """), "node nonzero: dynamic shapes are not supported"),
+    "control_flow_on_data": (textwrap.dedent("""
+        import torch
+        class M(torch.nn.Module):
+            def forward(self, x):
+                return x * 2 if x.sum() > 0 else x
+        def model():
+            return M()
+        def example_inputs():
+            return (torch.ones(4, 4),)
+        """), "torch.export could not capture the model"),
+    "raises_on_import": ("raise RuntimeError('broken model file')\n", "RuntimeError: broken model file"),
+}
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "source.py"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SOURCES))
+def test_bad_source_is_one_line_exit_1_and_no_output(case, tmp_path, capsys):
+    text, words = BAD_SOURCES[case]
+    out = tmp_path / "out"
+    status = main(["compile", str(_write(tmp_path, text)), "--target", "imxrt700", "-o", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == EXIT_USER_ERROR
+    assert err[-1].startswith("imxrt: error: ") and words in err[-1], err
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["source.py"], "a staging folder was left behind"
+
+
+def test_unknown_target_lists_valid_ones(tmp_path, capsys):
+    status = main(["compile", str(_write(tmp_path, TINY)), "--target", "rt1170", "-o", str(tmp_path / "o")])
+    assert status == EXIT_USER_ERROR
+    assert "imxrt700" in capsys.readouterr().err
+
+
+def test_missing_source_file(tmp_path, capsys):
+    status = main(["compile", str(tmp_path / "nope.py"), "-o", str(tmp_path / "o")])
+    assert status == EXIT_USER_ERROR
+    assert "nope.py: no such file" in capsys.readouterr().err
+
+
+def test_compile_writes_pte_report_and_partition_and_says_it_calibrated_on_examples(tmp_path, caplog):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "npu").mkdir()
+    (out / "npu" / "partition_7.tflite").write_bytes(b"stale")
+    status = main(["compile", str(_write(tmp_path, TINY)), "--target", "imxrt700", "-o", str(out), "--quiet"])
+    assert status == 0
+    assert "calibrating on the example inputs" in caplog.text
+    assert sorted(p.name for p in out.iterdir()) == ["model.pte", "npu", "report.json"]
+    assert [p.name for p in (out / "npu").iterdir()] == ["partition_0.tflite"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["summary"]["partitions"] == 1 and report["summary"]["npu_mac_fraction"] == 1.0
+    assert (out / "model.pte").read_bytes()[4:8] == b"ET12"
+
+
+def test_command_line_prints_no_traceback(tmp_path):
+    """The installed entry point, as a user runs it."""
+    run = subprocess.run([sys.executable, "-m", "imxrt.cli", "compile", str(_write(tmp_path, "x = 1\n")),
+                          "-o", str(tmp_path / "o")], capture_output=True, text=True, timeout=300)
+    assert run.returncode == EXIT_USER_ERROR
+    assert "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith("imxrt: error: ")
+
+
+def test_targets_command(capsys):
+    assert main(["targets"]) == 0
+    assert "Neutron N3-64" in capsys.readouterr().out

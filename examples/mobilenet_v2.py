@@ -12,7 +12,10 @@ import torch
 from torch import nn
 
 # (expand ratio, output channels at width 1.0, repeats, stride of the first repeat)
+# (expansion, channels, repeats, first stride) per stage: the bundled example's 8 blocks, and the paper's 17
 _STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 2, 2), (6, 64, 2, 2), (6, 96, 1, 1))
+PAPER_STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                (6, 320, 1, 1))
 
 
 def _divisible(channels: float, divisor: int = 8) -> int:
@@ -44,11 +47,11 @@ class InvertedResidual(nn.Module):
 
 
 class MobileNetV2(nn.Module):
-    def __init__(self, width: float, num_classes: int) -> None:
+    def __init__(self, width: float, num_classes: int, stages=_STAGES) -> None:
         super().__init__()
         channels = _divisible(32 * width)
         layers = [_conv_bn(3, channels, 3, stride=2)]
-        for expand, base_out, repeats, stride in _STAGES:
+        for expand, base_out, repeats, stride in stages:
             out_ch = _divisible(base_out * width)
             for i in range(repeats):
                 layers.append(InvertedResidual(channels, out_ch, stride if i == 0 else 1, expand))
@@ -64,11 +67,12 @@ class MobileNetV2(nn.Module):
         return self.classifier(torch.flatten(x, 1))
 
 
-def build_mobilenet_v2(width: float = 0.35, input_size: int = 96, num_classes: int = 10) -> nn.Module:
+def build_mobilenet_v2(width: float = 0.35, input_size: int = 96, num_classes: int = 10,
+                       stages=_STAGES) -> nn.Module:
     """Seeded weights, BN statistics from training-mode passes on seeded noise; returned in eval mode."""
     with torch.random.fork_rng(devices=[]):  # seed without touching the caller's random state
         torch.manual_seed(0)
-        net = MobileNetV2(width, num_classes).train()
+        net = MobileNetV2(width, num_classes, stages).train()
         with torch.no_grad():
             for _ in range(4):
                 net(torch.randn(4, 3, input_size, input_size))

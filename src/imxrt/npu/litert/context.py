@@ -105,10 +105,12 @@ class LoweringContext:
         outputs: Sequence[Tensor],
         options: object | None = None,
         sources: Iterable[Node] = (),
+        debug_handles: Iterable[int] = (),
     ) -> Operator:
-        """Create a LiteRT operator standing for the edge nodes ``sources`` (its provenance)."""
+        """Create a LiteRT operator standing for the edge nodes ``sources`` (its provenance), plus
+        ``debug_handles`` of operators it replaces."""
         assert hasattr(schema.BuiltinOperator, builtin), builtin
-        handles: set[int] = set()
+        handles: set[int] = set(debug_handles)
         for node in sources:
             handle = node.meta.get("debug_handle")
             if isinstance(handle, int):
@@ -220,6 +222,17 @@ class LoweringContext:
             self._constant_expressions[node] = found
         return self._constant_expressions[node]
 
+    def constant_value(self, node: Node) -> torch.Tensor | None:
+        """The value of a constant expression, computed with the edge ops themselves (a lifted scalar
+        cast to float, a weight's transpose), or None if ``node`` is not one."""
+        if not self.is_constant_expression(node):
+            return None
+        if node.op == "placeholder":
+            return self.edge_constant(node)
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), self.constant_value)
+        with torch.no_grad():
+            return node.target(*args, **kwargs)
+
     # ---- reading edge operands -------------------------------------------------------------------
 
     def tensor(self, arg: object, consumer: Node) -> Tensor:
@@ -240,7 +253,7 @@ class LoweringContext:
                 array = layout.stored_array(qdq.as_numpy(data))
                 return self.constant_tensor(source.name, array, quant)
         elif isinstance(arg, Node):
-            data = self.edge_constant(arg)
+            data = self.constant_value(arg)
             if data is not None and data.dtype.is_floating_point:
                 values = qdq.as_numpy(data.to(torch.float32))
                 return self.float_constant(arg.name, values)
@@ -268,7 +281,7 @@ class LoweringContext:
         else:
             data = None
         if data is None or data.dtype != torch.int8:
-            raise UnsupportedForLiteRT(consumer, "weight is not a constant int8 tensor behind a dequantize node")
+            raise UnsupportedForLiteRT(consumer, "weight is not a constant int8 tensor behind a dequantize")
         if bool((zero_points != 0).any()):
             raise UnsupportedForLiteRT(consumer, "weight zero points must be 0 (symmetric int8 weights)")
         return qdq.as_numpy(data), qdq.as_numpy(scales.to(torch.float32)).astype(np.float64), axis
@@ -303,7 +316,7 @@ class LoweringContext:
         while True:
             users = list(current.users)
             if len(users) != 1:
-                raise UnsupportedForLiteRT(node, f"result feeds {len(users)} nodes, expected one quantize node")
+                raise UnsupportedForLiteRT(node, f"result feeds {len(users)} nodes, expected one quantize")
             user = users[0]
             if qdq.is_quantize(user):
                 break

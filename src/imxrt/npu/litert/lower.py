@@ -15,6 +15,7 @@ from imxrt.npu.litert import layout, qdq
 from imxrt.npu.litert.context import LoweringContext, edge_shape
 from imxrt.npu.litert.converters import CONVERTERS
 from imxrt.npu.litert.errors import UnsupportedForLiteRT
+from imxrt.npu.litert.fold import fold_data_movement
 from imxrt.npu.litert.ir import PerTensor
 from imxrt.npu.litert.writer import write_model
 
@@ -66,6 +67,7 @@ def lower_partition(program: ExportedProgram) -> LiteRTSubgraph:
             raise UnsupportedForLiteRT(node, "no LiteRT converter for this op")
         converter(ctx, node)
     outputs = tuple(_add_output(ctx, node) for node in _user_output_nodes(program))
+    fold_data_movement(ctx)
     ops = tuple(LiteRTOp(op.builtin, op.debug_handles) for op in ctx.graph.operators)
     return LiteRTSubgraph(write_model(ctx.graph), inputs, outputs, ops)
 
@@ -118,7 +120,8 @@ def _add_output(ctx: LoweringContext, node: Node) -> PartitionIO:
 def _user_output_nodes(program: ExportedProgram) -> list[Node]:
     output_node = next(node for node in program.graph.nodes if node.op == "output")
     specs = program.graph_signature.output_specs
-    return [arg for arg, spec in zip(output_node.args[0], specs, strict=True) if spec.kind == OutputKind.USER_OUTPUT]
+    pairs = zip(output_node.args[0], specs, strict=True)
+    return [arg for arg, spec in pairs if spec.kind == OutputKind.USER_OUTPUT]
 
 
 def _is_channels_last(node: Node) -> bool:

@@ -51,7 +51,7 @@ def convert_convolution(ctx: LoweringContext, node: Node) -> None:
     out = ctx.output(node, fusable=True)
     weight, scales, axis = ctx.weight(node.args[CONV_WEIGHT], node)
     if axis != 0:
-        raise UnsupportedForLiteRT(node, f"conv weight quantized along axis {axis}, expected 0 (out channels)")
+        raise UnsupportedForLiteRT(node, f"conv weight quantized along axis {axis}, expected 0 (C_out)")
     in_channels = edge_shape(node.args[CONV_INPUT])[1]
     out_channels, _, kernel_h, kernel_w = weight.shape
     x, padding = _padded_input(ctx, node, x, args, (kernel_h, kernel_w), out.sources)

@@ -70,7 +70,8 @@ def convert_neg(ctx: LoweringContext, node: Node) -> None:
     """neg(x) -> SUB(0, x); the zero constant takes x's scale, so no precision is lost aligning it."""
     x = ctx.tensor(node.args[0], node)
     assert isinstance(x.quantization, PerTensor)
-    zero = ctx.constant_tensor("zero", np.zeros([1] * len(x.shape), np.int8), PerTensor(x.quantization.scale, 0))
+    zero_quantization = PerTensor(x.quantization.scale, 0)
+    zero = ctx.constant_tensor("zero", np.zeros([1] * len(x.shape), np.int8), zero_quantization)
     ctx.emit_result("SUB", [zero, x], ctx.output(node), options(schema.SubOptionsT))
 
 
@@ -110,10 +111,11 @@ def broadcast_operand(ctx: LoweringContext, node: Node, arg: object, rank: int) 
     if isinstance(arg, (int, float)):
         return ctx.float_constant(f"{node.name}_scalar", np.full([1] * rank, float(arg), np.float32))
     if ctx.is_constant_expression(arg) and not qdq.is_dequantize(arg):
-        value = ctx.edge_constant(arg)
-        if value is not None and value.dtype.is_floating_point:
+        value = ctx.constant_value(arg)
+        if value.dtype.is_floating_point:
             values = qdq.as_numpy(value.float())
-            return ctx.float_constant(arg.name, values.reshape([1] * (rank - values.ndim) + list(values.shape)))
+            padded = [1] * (rank - values.ndim) + list(values.shape)
+            return ctx.float_constant(arg.name, values.reshape(padded))
     tensor = ctx.tensor(arg, node)
     shape = edge_shape(arg) if isinstance(arg, Node) else ()
     if len(shape) == rank:
@@ -121,7 +123,8 @@ def broadcast_operand(ctx: LoweringContext, node: Node, arg: object, rank: int) 
     padded = (1,) * (rank - len(shape)) + shape
     if tensor.is_constant:
         data = np.frombuffer(tensor.data, tensor.dtype).reshape(shape)
-        return ctx.constant_tensor(tensor.name, layout.stored_array(data.reshape(padded)), tensor.quantization)
+        stored = layout.stored_array(data.reshape(padded))
+        return ctx.constant_tensor(tensor.name, stored, tensor.quantization)
     return ctx.apply_steps(tensor, layout.view_steps(shape, padded), [node])
 
 

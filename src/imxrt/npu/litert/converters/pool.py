@@ -45,7 +45,7 @@ def convert_avg_pool(ctx: LoweringContext, node: Node) -> None:
         padding = window_padding((height, width), kernel, stride, (1, 1), pads)
     if padding is None:
         if not count_include_pad:
-            raise UnsupportedForLiteRT(node, "count_include_pad=False with padding TFLite's SAME does not match")
+            raise UnsupportedForLiteRT(node, "count_include_pad=False with padding other than TFLite's SAME")
         x = pad_tensor(ctx, x, [(0, 0), (pads[0], pads[0]), (pads[1], pads[1]), (0, 0)], out.sources)
         padding = Padding.VALID
     _emit_pool(ctx, "AVERAGE_POOL_2D", x, out, kernel, stride, padding)
@@ -56,7 +56,7 @@ def convert_adaptive_avg_pool(ctx: LoweringContext, node: Node) -> None:
     _, _, height, width = edge_shape(node.args[0])
     out_h, out_w = _pair(node.args[1])
     if height % out_h or width % out_w:
-        raise UnsupportedForLiteRT(node, f"input {height}x{width} is not a multiple of output {out_h}x{out_w}")
+        raise UnsupportedForLiteRT(node, f"input {height}x{width} is no multiple of output {out_h}x{out_w}")
     kernel = (height // out_h, width // out_w)
     x = ctx.tensor(node.args[0], node)
     _emit_pool(ctx, "AVERAGE_POOL_2D", x, ctx.output(node), kernel, kernel, Padding.VALID)

@@ -30,7 +30,9 @@ class Reduce:
         in_shape = edge_shape(node.args[0])
         rank = len(in_shape)
         dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-        dims = list(range(rank)) if dims is None or dims == [] else ([dims] if isinstance(dims, int) else dims)
+        if dims is None or dims == []:
+            dims = list(range(rank))
+        dims = [dims] if isinstance(dims, int) else dims
         keepdim = bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
         if node.kwargs.get("dtype") is not None:
             raise UnsupportedForLiteRT(node, "reduction with a dtype")
@@ -61,9 +63,8 @@ def convert_softmax(ctx: LoweringContext, node: Node) -> None:
     if layout.stored_axis(int(node.args[1]), rank) != rank - 1:
         raise UnsupportedForLiteRT(node, f"softmax over dim {node.args[1]}, not the channel / last dim")
     x = ctx.tensor(node.args[0], node)
-    ctx.emit_result(
-        "SOFTMAX", [x], ctx.output(node), options(schema.SoftmaxOptionsT, beta=1.0), quantization=SOFTMAX_OUTPUT
-    )
+    softmax = options(schema.SoftmaxOptionsT, beta=1.0)
+    ctx.emit_result("SOFTMAX", [x], ctx.output(node), softmax, quantization=SOFTMAX_OUTPUT)
 
 
 MEAN = Reduce("MEAN")

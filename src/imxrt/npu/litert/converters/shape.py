@@ -30,7 +30,8 @@ def convert_permute(ctx: LoweringContext, node: Node) -> None:
     if rank != len(out.edge_shape):
         raise UnsupportedForLiteRT(node, "permute between ranks")
     perm = [int(d) % rank for d in node.args[1]]
-    ctx.bind(out, ctx.apply_steps(x, layout.permute_steps(x.shape, layout.stored_permutation(perm)), out.sources))
+    steps = layout.permute_steps(x.shape, layout.stored_permutation(perm))
+    ctx.bind(out, ctx.apply_steps(x, steps, out.sources))
 
 
 def convert_slice(ctx: LoweringContext, node: Node) -> None:

@@ -133,3 +133,13 @@ def test_unsupported_ops_stay_on_the_cpu_with_a_reason_and_the_program_still_com
     assert "channel dimension" in by_op["aten._softmax.default"]["reason"]
     assert by_op["aten.convolution.default"]["placement"] == "npu"
     assert result.pte[4:8] == b"ET12"
+
+
+def test_linear_is_kept_as_one_op():
+    """No silent decomposition of linear into permute + addmm: one edge op, one FULLY_CONNECTED."""
+    _, _, result = compiled("autoencoder.py")
+    edge_ops = [op["op"] for op in result.report["ops"] if op["placement"] == "npu"]
+    assert "aten.linear.default" in edge_ops
+    assert "aten.addmm.default" not in edge_ops and "aten.permute_copy.default" not in edge_ops
+    litert = result.report["partitions"][0]["ops"]
+    assert litert.count("FULLY_CONNECTED") == edge_ops.count("aten.linear.default") == 10

@@ -21,11 +21,14 @@ class InvertedResidual(nn.Module):
         hidden = channels * expand
         self.stride = stride
         self.block = nn.Sequential(
-            nn.Conv2d(channels, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(),
+            nn.Conv2d(channels, hidden, 1, bias=False),
+            nn.BatchNorm2d(hidden),
+            nn.ReLU6(),
             nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False),
             nn.BatchNorm2d(hidden),
             nn.ReLU6(),
-            nn.Conv2d(hidden, channels, 1, bias=False), nn.BatchNorm2d(channels),
+            nn.Conv2d(hidden, channels, 1, bias=False),
+            nn.BatchNorm2d(channels),
         )
 
     def forward(self, x):

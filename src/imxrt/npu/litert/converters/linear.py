@@ -8,7 +8,7 @@ from ai_edge_litert import schema_py_generated as schema
 from executorch.exir.dialects._ops import ops as exir_ops
 from torch.fx import Node
 
-from imxrt.npu.litert import layout
+from imxrt.npu.litert import layout, qdq
 from imxrt.npu.litert.context import LoweringContext, edge_shape
 from imxrt.npu.litert.converters.common import options
 from imxrt.npu.litert.errors import UnsupportedForLiteRT
@@ -32,11 +32,20 @@ def convert_addmm(ctx: LoweringContext, node: Node) -> None:
 
 
 def convert_mm(ctx: LoweringContext, node: Node) -> None:
-    """mm(x, mat2[in, out]): FC if mat2 is a constant weight, else BATCH_MATMUL."""
-    if ctx.is_constant_expression(node.args[1]):
+    """mm(x, mat2[in, out]): FC if mat2 is a symmetric int8 constant (FC weights have zero point 0),
+    else BATCH_MATMUL, which takes a constant or activation mat2 with any zero point."""
+    if ctx.is_constant_expression(node.args[1]) and _is_symmetric_weight(ctx, node.args[1]):
         _fully_connected(ctx, node, node.args[0], node.args[1], None, weight_is_transposed=True)
     else:
         convert_bmm(ctx, node)
+
+
+def _is_symmetric_weight(ctx: LoweringContext, arg: Node) -> bool:
+    if isinstance(arg, Node) and arg.target in _TRANSPOSE_2D:
+        arg = arg.args[0]
+    if qdq.is_dequantize(arg):
+        return qdq.per_tensor_qparams(arg).zero_point == 0
+    return qdq.is_dequantize_per_channel(arg)
 
 
 def convert_bmm(ctx: LoweringContext, node: Node) -> None:

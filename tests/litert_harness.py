@@ -51,13 +51,17 @@ def capturing_npu_partitioner() -> NpuPartitioner:
 
 class DelegateEverything(NpuPartitioner):
     """Tags every quantized op as one partition: all call_function nodes except the quantize nodes that
-    read model inputs and the dequantize nodes that feed model outputs."""
+    read model inputs and the dequantize nodes that feed model outputs. ``keep_whole=False`` lets
+    to_edge decompose linear (into permute_copy + addmm) and the other ops the NPU partitioner keeps."""
 
-    def __init__(self):
+    def __init__(self, keep_whole: bool = True):
         super().__init__(get_target("imxrt700"))
         self.delegation_spec = DelegationSpec(CapturingBackend.__name__, [])
+        self.keep_whole = keep_whole
 
     def ops_to_not_decompose(self, ep):
+        if not self.keep_whole:
+            return [], None
         ops, keep = super().ops_to_not_decompose(ep)
         return [*ops, torch.ops.aten.pad.default], keep  # reflect padding: one node, not index arithmetic
 
@@ -74,6 +78,13 @@ class DelegateEverything(NpuPartitioner):
             tags["tag0"] = self.delegation_spec
         tag_constant_data(exported_program)
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
+
+
+_PARTITIONERS = {
+    "npu": capturing_npu_partitioner,
+    "all": DelegateEverything,
+    "all_decomposed": lambda: DelegateEverything(keep_whole=False),
+}
 
 
 @dataclass
@@ -96,7 +107,7 @@ def quantize_and_capture(
     to_edge_transform_and_lower(
         quantized,
         transform_passes=[pass_type() for pass_type in EDGE_PASSES],
-        partitioner=[capturing_npu_partitioner() if partitioner == "npu" else DelegateEverything()],
+        partitioner=[_PARTITIONERS[partitioner]()],
         compile_config=EdgeCompileConfig(_check_ir_validity=False),
     )
     partitions = list(CapturingBackend.captured)

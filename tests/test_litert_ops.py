@@ -108,6 +108,18 @@ CASES = {
     "matmul_constant_weight": Case(
         lambda a, w: a @ w, lambda: (torch.randn(2, 6),), ["BATCH_MATMUL"], (nn.Parameter(torch.randn(6, 4)),)
     ),
+    "linear_decomposed_to_addmm": Case(
+        nn.Linear(6, 4), lambda: (torch.randn(2, 6),), ["FULLY_CONNECTED"], partitioner="all_decomposed"
+    ),
+    "linear_relu_decomposed": Case(
+        nn.Sequential(nn.Linear(6, 4), nn.ReLU()),
+        lambda: (torch.randn(2, 6),),
+        ["FULLY_CONNECTED"],
+        partitioner="all_decomposed",
+    ),
+    "bmm": Case(
+        torch.bmm, lambda: (torch.randn(2, 3, 4), torch.randn(2, 4, 5)), ["BATCH_MATMUL"], partitioner="all"
+    ),
     # data movement with a compute op in front (a lone move is no NPU partition)
     "cat_channels": Case(
         lambda a, b: torch.cat([a, b * 2.0], 1), lambda: (cl(x4()), cl(x4())), ["MUL", "CONCATENATION"]

@@ -16,6 +16,7 @@ from torch.export import ExportedProgram
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 from imxrt.errors import BadModel, BadOption
+from imxrt.npu.backend import stamp_delegate_ids
 from imxrt.npu.partitioner import NpuPartitioner, PlacementLog
 from imxrt.passes import EDGE_PASSES, run_aten_passes
 from imxrt.quantization import ImxrtQuantizer, calibrate
@@ -161,12 +162,14 @@ def lower(
     partitioners = []
     if target.npu is not None:
         partitioners.append(NpuPartitioner(target, options.neutron_compiler, placement_log))
-    return to_edge_transform_and_lower(
+    edge = to_edge_transform_and_lower(
         quantized,
         transform_passes=[pass_type() for pass_type in EDGE_PASSES],
         partitioner=partitioners,
         compile_config=EdgeCompileConfig(_check_ir_validity=False),
     )
+    stamp_delegate_ids(edge)
+    return edge
 
 
 def serialize(edge: EdgeProgramManager) -> bytes:

@@ -6,8 +6,10 @@ payload bytes + a debug-handle map from each NPU op to the edge nodes it came fr
 
 from __future__ import annotations
 
+from executorch.exir import EdgeProgramManager
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from executorch.exir.backend.compile_spec_schema import CompileSpec
+from executorch.exir.lowered_backend_module import LoweredBackendModule
 from torch.export import ExportedProgram
 
 from imxrt import macs
@@ -24,8 +26,15 @@ def _spec(compile_specs: list[CompileSpec], key: str) -> str:
     raise KeyError(key)
 
 
-class NeutronBackend(BackendDetails):
-    """Delegate id ``NeutronBackend``: the id the stock ExecuTorch Neutron runtime registers."""
+# The delegate id the stock ExecuTorch Neutron runtime on the board registers: what the .pte must say.
+DELEGATE_ID = "NeutronBackend"
+
+
+class ImxrtNeutronBackend(BackendDetails):
+    """The NPU backend. ExecuTorch finds a backend by class name, and the last-defined class of a name
+    wins: under the name ``NeutronBackend`` we would silently lose to ExecuTorch's own NXP backend
+    whenever a user has imported it. So lowering runs under this unique name, and
+    ``stamp_delegate_ids`` then writes the device's id, ``NeutronBackend``, into every delegate."""
 
     @staticmethod
     def preprocess(edge_program: ExportedProgram, compile_specs: list[CompileSpec]) -> PreprocessResult:
@@ -40,3 +49,11 @@ class NeutronBackend(BackendDetails):
             index: op.debug_handles for index, op in enumerate(subgraph.ops) if op.debug_handles
         }
         return PreprocessResult(processed_bytes=blob, debug_handle_map=debug_handle_map)
+
+
+def stamp_delegate_ids(edge: EdgeProgramManager) -> None:
+    """Give every delegate this backend produced the id the board's runtime looks up."""
+    for program in (edge.exported_program(name) for name in edge.methods):
+        for module in program.graph_module.modules():
+            if isinstance(module, LoweredBackendModule) and module.backend_id == ImxrtNeutronBackend.__name__:
+                module._backend_id = DELEGATE_ID  # no public setter; the id is plain data on the module

@@ -18,13 +18,14 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from imxrt.npu import support
-from imxrt.npu.backend import NeutronBackend
+from imxrt.npu.backend import ImxrtNeutronBackend
 from imxrt.passes.qdq import Cluster, find_clusters, is_compute, is_dequantize, is_quantize, tensor_args
 from imxrt.targets import Target
 
 # ExecuTorch finds a backend among BackendDetails' subclasses by class name: importing the class here is
-# what makes the id resolvable wherever this partitioner is used.
-BACKEND_ID = NeutronBackend.__name__
+# what makes the id resolvable wherever this partitioner is used. The .pte gets the device's id
+# (backend.DELEGATE_ID) from backend.stamp_delegate_ids after lowering.
+BACKEND_ID = ImxrtNeutronBackend.__name__
 
 # Ops kept whole through to_edge so the NPU sees one FULLY_CONNECTED / HARD_SWISH / RESIZE, not a
 # decomposition into float primitives.
@@ -66,7 +67,7 @@ class _InPartition(OperatorSupportBase):
 
 
 def compile_specs_for(target: Target, neutron_compiler: str) -> list[CompileSpec]:
-    """What ``NeutronBackend.preprocess`` needs to know: the target and which Neutron compiler to run."""
+    """What ``ImxrtNeutronBackend.preprocess`` needs to know: the target and which Neutron compiler to run."""
     return [
         CompileSpec("target", target.name.encode()),
         CompileSpec("neutron_compiler", neutron_compiler.encode()),

@@ -9,7 +9,8 @@ from torch.fx import Node
 from imxrt import macs
 from imxrt.npu import payload
 from imxrt.npu.compilers.reference import litert_ops
-from imxrt.npu.partitioner import BACKEND_ID, PlacementLog
+from imxrt.npu.backend import DELEGATE_ID
+from imxrt.npu.partitioner import PlacementLog
 from imxrt.npu.support import op_name
 from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
 from imxrt.targets import Target
@@ -24,7 +25,7 @@ def _delegates(edge: EdgeProgramManager) -> list[LoweredBackendModule]:
     for node in gm.graph.nodes:
         if node.op == "call_function" and getattr(node.target, "__name__", "") == "executorch_call_delegate":
             module = getattr(gm, node.args[0].target)
-            if module.backend_id == BACKEND_ID:
+            if module.backend_id == DELEGATE_ID:
                 found.append(module)
     return found
 

@@ -1,5 +1,5 @@
-"""convolution -> CONV_2D, DEPTHWISE_CONV_2D, grouped (SLICE, CONV_2D per group, CONCATENATION) or
-TRANSPOSE_CONV; explicit padding TFLite cannot express becomes a PAD in front (padding = zero point)."""
+"""convolution -> CONV_2D (also grouped), DEPTHWISE_CONV_2D or TRANSPOSE_CONV; explicit padding TFLite
+cannot express becomes a PAD in front (padding = zero point)."""
 
 from __future__ import annotations
 
@@ -57,12 +57,10 @@ def convert_convolution(ctx: LoweringContext, node: Node) -> None:
     x, padding = _padded_input(ctx, node, x, args, (kernel_h, kernel_w), out.sources)
     bias = node.args[CONV_BIAS]
 
-    if args.groups == 1:
-        _conv_2d(ctx, node, x, weight, scales, bias, args, padding, out)
-    elif args.groups == in_channels and out_channels % in_channels == 0:
+    if args.groups == in_channels and in_channels > 1 and out_channels % in_channels == 0:
         _depthwise(ctx, node, x, weight, scales, bias, args, padding, out)
     else:
-        _grouped(ctx, node, x, weight, scales, bias, args, padding, out)
+        _conv_2d(ctx, node, x, weight, scales, bias, args, padding, out)
 
 
 def _padded_input(ctx, node, x, args: ConvArgs, kernel, sources) -> tuple[Tensor, int]:
@@ -88,7 +86,9 @@ def _conv_options(args: ConvArgs, padding: int, fused: int) -> object:
 
 
 def _conv_2d(ctx, node, x, weight, scales, bias, args, padding, out: Output) -> None:
-    """OIHW int8 weights -> OHWI, per-channel along dim 0."""
+    """OIHW int8 weights -> OHWI, per-channel along dim 0. Grouped (1 < groups < C_in) is the same op:
+    TFLite's CONV_2D takes groups = C_in / filter C_in, with each group's filters contiguous in O, as
+    PyTorch's; the reference kernels of LiteRT and TFLM both run it."""
     filters = ctx.constant_tensor(
         node.args[CONV_WEIGHT].name, weight.transpose(0, 2, 3, 1), PerChannel(tuple(scales), axis=0)
     )
@@ -116,42 +116,6 @@ def _depthwise(ctx, node, x, weight, scales, bias, args, padding, out: Output) -
         fusedActivationFunction=out.fused,
     )
     ctx.emit_result("DEPTHWISE_CONV_2D", [x, filters, bias_tensor], out, depthwise_options)
-
-
-def _grouped(ctx, node, x, weight, scales, bias, args, padding, out: Output) -> None:
-    """1 < groups < C_in: SLICE the input channels per group, one CONV_2D per group, CONCATENATION.
-    Everything stays in LiteRT; the group convs share the output qparams, so the concat copies bytes."""
-    groups = args.groups
-    in_per_group = x.shape[_NHWC_CHANNELS] // groups
-    out_per_group = weight.shape[0] // groups
-    bias_values = ctx.bias_values(bias, node, weight.shape[0])
-    conv_options = _conv_options(args, padding, out.fused)
-    pieces = []
-    for group in range(groups):
-        begin = [0, 0, 0, group * in_per_group]
-        size = [*x.shape[:3], in_per_group]
-        piece = ctx.activation_tensor(f"{x.name}_group{group}", size, x.quantization)
-        ctx.emit(
-            "SLICE", [x, ctx.int32_constant("begin", begin), ctx.int32_constant("size", size)], [piece],
-            None, out.sources,
-        )
-        rows = slice(group * out_per_group, (group + 1) * out_per_group)
-        group_scales = scales[rows]
-        filters = ctx.constant_tensor(
-            f"{node.args[CONV_WEIGHT].name}_group{group}",
-            weight[rows].transpose(0, 2, 3, 1),
-            PerChannel(tuple(group_scales), axis=0),
-        )
-        group_bias = ctx.constant_tensor(
-            f"{node.name}_bias", bias_values[rows], PerChannel(tuple(_bias_scales(x, group_scales)), axis=0)
-        )
-        result = ctx.activation_tensor(
-            f"{out.anchor.name}_group{group}", [*out.shape[:3], out_per_group], out.quantization
-        )
-        ctx.emit("CONV_2D", [piece, filters, group_bias], [result], conv_options, out.sources)
-        pieces.append(result)
-    concat = options(schema.ConcatenationOptionsT, axis=_NHWC_CHANNELS)
-    ctx.emit_result("CONCATENATION", pieces, out, concat)
 
 
 def _bias_scales(x: Tensor, weight_scales: np.ndarray) -> np.ndarray:

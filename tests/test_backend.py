@@ -1,0 +1,48 @@
+"""The delegate contract: id ``NeutronBackend`` in the .pte, a reference payload, our backend even when
+another backend class of that name (ExecuTorch's own NXP backend) is loaded in the same process."""
+
+import torch
+from executorch.exir._serialize._program import deserialize_pte_binary
+from executorch.exir.backend.backend_details import BackendDetails
+
+from imxrt.npu import payload
+from imxrt.pipeline import CompileOptions, compile
+
+
+class TinyConv(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(2, 4, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+def test_a_foreign_neutron_backend_class_does_not_capture_our_partitions():
+    class NeutronBackend(BackendDetails):  # what importing executorch.backends.nxp defines
+        @staticmethod
+        def preprocess(edge_program, compile_specs):
+            raise AssertionError("the foreign NeutronBackend was called")
+
+    x = torch.randn(1, 2, 5, 5, generator=torch.Generator().manual_seed(0))
+    result = compile(TinyConv().eval(), (x,), "imxrt700", [(x,)], CompileOptions(show_progress=False))
+    program = deserialize_pte_binary(result.pte).program
+    (delegate,) = program.execution_plan[0].delegates
+    assert delegate.id == "NeutronBackend"
+    (blob,) = program.backend_delegate_data
+    assert payload.is_reference(bytes(blob.data))
+    assert payload.unpack(bytes(blob.data)).tflite == result.partitions[0]
+    assert NeutronBackend.__name__ == "NeutronBackend"
+
+
+def test_reference_payload_round_trip_is_16_byte_aligned_and_rejects_other_blobs():
+    metadata = {"inputs": [], "outputs": [], "ops": []}
+    blob = payload.pack(metadata, b"TFL3" * 5)
+    assert len(blob) % 16 == 0
+    assert payload.unpack(blob).metadata == metadata and payload.unpack(blob).tflite == b"TFL3" * 5
+    for bad in (b"", b"\x01\x01\x01" + bytes(29), blob[:40]):
+        try:
+            payload.unpack(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad[:8]!r} was accepted")

@@ -45,11 +45,8 @@ CASES = {
         _x(),
         ["PAD", "DEPTHWISE_CONV_2D"],
     ),
-    "grouped": (
-        lambda: nn.Conv2d(4, 6, 3, padding=1, groups=2),
-        _x(),
-        ["SLICE", "CONV_2D", "SLICE", "CONV_2D", "CONCATENATION"],
-    ),
+    "grouped": (lambda: nn.Conv2d(4, 6, 3, padding=1, groups=2), _x(), ["CONV_2D"]),
+    "grouped_depth_multiplier": (lambda: nn.Conv2d(4, 8, 1, groups=2), _x(), ["CONV_2D"]),
     "transposed_same": (lambda: nn.ConvTranspose2d(4, 6, 4, stride=2, padding=1), _x(), ["TRANSPOSE_CONV"]),
     "transposed_valid": (lambda: nn.ConvTranspose2d(4, 6, 2, stride=2), _x(), ["TRANSPOSE_CONV"]),
     "transposed_output_padding": (

@@ -143,3 +143,21 @@ def test_linear_is_kept_as_one_op():
     assert "aten.addmm.default" not in edge_ops and "aten.permute_copy.default" not in edge_ops
     litert = result.report["partitions"][0]["ops"]
     assert litert.count("FULLY_CONNECTED") == edge_ops.count("aten.linear.default") == 10
+
+
+def test_matmul_by_a_constant_is_a_fully_connected_with_symmetric_weights():
+    class MatMul(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(16, 8, generator=torch.Generator().manual_seed(3)))
+
+        def forward(self, x):
+            return torch.relu(x @ self.weight)
+
+    generator = torch.Generator().manual_seed(0)
+    data = [(torch.randn(2, 16, generator=generator),) for _ in range(4)]
+    result = compile(MatMul().eval(), data[0], "imxrt700", data, CompileOptions(show_progress=False))
+    assert result.report["summary"]["npu_mac_fraction"] == 1.0
+    assert oracles.tflite_ops(result.partitions[0]) == ["FULLY_CONNECTED"]
+    got, expected, _ = tflm_and_reference(result, data[1])
+    assert max_step_difference(got, expected) <= 1

@@ -106,7 +106,7 @@ CASES = {
     "linear_rank3": Case(nn.Linear(5, 3), lambda: (torch.randn(2, 4, 5),), ["FULLY_CONNECTED"]),
     "linear_rank4_nchw": Case(nn.Linear(8, 3), lambda: (x4(),), ["FULLY_CONNECTED"]),
     "matmul_constant_weight": Case(
-        lambda a, w: a @ w, lambda: (torch.randn(2, 6),), ["BATCH_MATMUL"], (nn.Parameter(torch.randn(6, 4)),)
+        lambda a, w: a @ w, lambda: (torch.randn(2, 6),), ["FULLY_CONNECTED"], (nn.Parameter(torch.randn(6, 4)),)
     ),
     "linear_decomposed_to_addmm": Case(
         nn.Linear(6, 4), lambda: (torch.randn(2, 6),), ["FULLY_CONNECTED"], partitioner="all_decomposed"

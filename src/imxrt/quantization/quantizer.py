@@ -64,6 +64,11 @@ class ImxrtQuantizer(Quantizer):
         input_specs: dict[Node, QuantizationSpecBase] = {}
         output_spec: QuantizationSpecBase | None
 
+        if isinstance(rule, rules.MatMul):
+            right = node.args[1]
+            constant = right.op == "get_attr" and right.meta["val"].dim() == 2
+            # W is [K, N]: its output channels are its columns
+            rule = rules.Weighted(weight_axis=1) if constant else rules.Compute()
         if isinstance(rule, rules.Weighted):
             activation, weight = node.args[0], node.args[1]
             input_specs[activation] = in_spec(activation)

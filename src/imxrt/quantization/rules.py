@@ -42,7 +42,13 @@ class FixedOutput:
     zero_point: int
 
 
-Rule = Weighted | Compute | SharedWithInput | FixedOutput
+@dataclass(frozen=True)
+class MatMul:
+    """x @ W: a constant right operand is a weight (per-channel symmetric over its output columns, so
+    the op lowers to FULLY_CONNECTED); two activations are a ``Compute``."""
+
+
+Rule = Weighted | Compute | SharedWithInput | FixedOutput | MatMul
 
 _SOFTMAX_OUT = FixedOutput(scale=1.0 / 256.0, zero_point=-128)
 _TANH_OUT = FixedOutput(scale=1.0 / 128.0, zero_point=0)
@@ -58,7 +64,8 @@ RULES: dict[torch._ops.OpOverload, Rule] = {
     aten.sub.Tensor: Compute(),
     aten.mul.Tensor: Compute(),  # calibrated inputs: no clipping of either operand to a fixed range
     aten.bmm.default: Compute(),
-    aten.matmul.default: Compute(),
+    aten.matmul.default: MatMul(),
+    aten.mm.default: MatMul(),
     aten.relu.default: Compute(),
     aten.relu6.default: Compute(),
     aten.hardtanh.default: Compute(),
@@ -106,15 +113,31 @@ RULES: dict[torch._ops.OpOverload, Rule] = {
     aten.clone.default: SharedWithInput(),
 }
 
+# In-place variants (``nn.ReLU(inplace=True)``, ``out += identity``) quantize like their functional form.
+_IN_PLACE = {
+    aten.relu_.default: aten.relu.default,
+    aten.hardtanh_.default: aten.hardtanh.default,
+    aten.clamp_.default: aten.clamp.default,
+    aten.leaky_relu_.default: aten.leaky_relu.default,
+    aten.hardswish_.default: aten.hardswish.default,
+    aten.sigmoid_.default: aten.sigmoid.default,
+    aten.tanh_.default: aten.tanh.default,
+    aten.add_.Tensor: aten.add.Tensor,
+    aten.sub_.Tensor: aten.sub.Tensor,
+    aten.mul_.Tensor: aten.mul.Tensor,
+}
+RULES.update({in_place: RULES[functional] for in_place, functional in _IN_PLACE.items()})
+
 # Activations that fold into the preceding conv / linear's output clamp: no Q/DQ between them.
-FUSABLE_ACTIVATIONS = frozenset({aten.relu.default, aten.relu6.default, aten.hardtanh.default})
+FUSABLE_ACTIVATIONS = frozenset({aten.relu.default, aten.relu_.default, aten.relu6.default,
+                                 aten.hardtanh.default, aten.hardtanh_.default})
 
 
 def is_fusable_activation(node: torch.fx.Node) -> bool:
     """relu, relu6, and hardtanh(0, 6) (relu6's export form): the ranges a producer's clamp expresses."""
     if node.op != "call_function" or node.target not in FUSABLE_ACTIVATIONS:
         return False
-    if node.target == aten.hardtanh.default:
+    if node.target in (aten.hardtanh.default, aten.hardtanh_.default):
         low, high = (list(node.args[1:3]) + [-1.0, 1.0])[:2]
         return (low, high) in {(0.0, 6.0), (0.0, float("inf"))}
     return True

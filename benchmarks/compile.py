@@ -39,6 +39,7 @@ from imxrt.pipeline import CompileOptions, compile  # noqa: E402
 def _example(name: str):
     spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # upstream's strict (dynamo) export imports the model's module by name
     spec.loader.exec_module(module)
     return module
 

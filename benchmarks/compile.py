@@ -24,6 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parent / "examples"
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(EXAMPLES))  # the example files import their shared helpers as siblings
 
 for _name in ("torchao", "torch.utils._pytree", "executorch"):
     logging.getLogger(_name).setLevel(logging.ERROR)

@@ -1,32 +1,22 @@
 """MLPerf Tiny visual wake words MobileNetV1 (width 0.25): 96×96 RGB → 2 classes.
 
-The network is ExecuTorch's port in `executorch.examples.models.mlperf_tiny`. Weights are random but
-seeded; BatchNorm statistics come from a few training-mode passes over seeded noise, so BN folding has
-real work to do.
+The network is ExecuTorch's port in `executorch.examples.models.mlperf_tiny`, with seeded weights and
+non-trivial BatchNorm statistics (see `_seeded.py`).
 """
 
-import torch
+from _seeded import seeded_model, uniform_inputs, uniform_samples
 from executorch.examples.models.mlperf_tiny import MobileNetV1025
-from torch import nn
 
 INPUT_SHAPE = (1, 3, 96, 96)
 
 
-def model() -> nn.Module:
-    with torch.random.fork_rng(devices=[]):  # seed without touching the caller's random state
-        torch.manual_seed(0)
-        net = MobileNetV1025().train()
-        with torch.no_grad():
-            for _ in range(8):
-                net(torch.randn(8, *INPUT_SHAPE[1:]))
-    return net.eval()
+def model():
+    return seeded_model(lambda: MobileNetV1025(), INPUT_SHAPE)
 
 
-def example_inputs() -> tuple[torch.Tensor, ...]:
-    generator = torch.Generator().manual_seed(1)
-    return (torch.rand(INPUT_SHAPE, generator=generator) * 2 - 1,)
+def example_inputs():
+    return uniform_inputs(INPUT_SHAPE, seed=1)
 
 
 def calibration_inputs():
-    generator = torch.Generator().manual_seed(2)
-    return [(torch.rand(INPUT_SHAPE, generator=generator) * 2 - 1,) for _ in range(16)]
+    return uniform_samples(INPUT_SHAPE, seed=2)

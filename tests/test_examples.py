@@ -5,11 +5,12 @@ and the optional `calibration_inputs()` an iterable of tuples shaped like the ex
 are deterministic, so two compiles of one example give the same bytes.
 """
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
+
+from imxrt.source import import_file
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SOURCES = sorted(p for p in EXAMPLES.glob("*.py") if not p.name.startswith("_"))
@@ -27,10 +28,7 @@ INPUT_SHAPES = {
 
 def load(path: Path):
     """Load an example the way the CLI does: by file path, not as a package member."""
-    spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_file(str(path), path)
 
 
 def signature(inputs):

@@ -46,17 +46,24 @@ def load_source(source: str) -> ModelSource:
                             "or package.module:function")
 
 
-def _load_file(source: str, path: Path) -> ModelSource:
+def import_file(source: str, path: Path):
+    """Import a SOURCE file as a module; it may import the files beside it."""
     if not path.is_file():
         raise BadSource(source, "no such file")
-    name = f"imxrt_source_{abs(hash(str(path.resolve())))}"
+    name = f"imxrt_source_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.resolve().parent))  # let the file import its siblings
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)
     try:
         _call(source, "importing the file", lambda: spec.loader.exec_module(module))
     finally:
-        sys.path.remove(str(path.resolve().parent))
+        sys.path.remove(folder)
+    return module
+
+
+def _load_file(source: str, path: Path) -> ModelSource:
+    module = import_file(source, path)
     for required in ("model", "example_inputs"):
         if not callable(getattr(module, required, None)):
             raise BadSource(source, f"defines no {required}() function; a SOURCE file must define model() "

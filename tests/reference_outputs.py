@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
-
 import oracles
+import torch
 
 _quantize = torch.ops.quantized_decomposed.quantize_per_tensor
 

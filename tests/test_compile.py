@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import oracles
 import pytest
 import torch
+from reference_outputs import max_step_difference, tflm_and_reference
 
-import oracles
 from imxrt.npu import payload
 from imxrt.pipeline import CompileOptions, compile
 from imxrt.source import load_source
-from reference_outputs import max_step_difference, tflm_and_reference
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 import torch.nn as nn
-
 from edge_graphs import int8_edge_program
+
 from imxrt.npu.partitioner import NpuPartitioner
 from imxrt.targets import get_target
 

@@ -2,8 +2,8 @@
 
 import torch
 import torch.nn as nn
-
 from edge_graphs import int8_edge_program, nodes_named
+
 from imxrt.passes.qdq import find_clusters, qparams_of_dequantize, qparams_of_quantize
 
 

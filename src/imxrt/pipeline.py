@@ -11,7 +11,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-from executorch.exir import EdgeCompileConfig, EdgeProgramManager, ExecutorchBackendConfig, to_edge_transform_and_lower
+from executorch.exir import (
+    EdgeCompileConfig,
+    EdgeProgramManager,
+    ExecutorchBackendConfig,
+    to_edge_transform_and_lower,
+)
 from torch.export import ExportedProgram
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 

@@ -8,8 +8,8 @@ from torch.fx import Node
 
 from imxrt import macs
 from imxrt.npu import payload
-from imxrt.npu.compilers.reference import litert_ops
 from imxrt.npu.backend import DELEGATE_ID
+from imxrt.npu.compilers.reference import litert_ops
 from imxrt.npu.partitioner import PlacementLog
 from imxrt.npu.support import op_name
 from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize

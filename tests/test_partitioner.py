@@ -51,6 +51,12 @@ CASES = {
                                 [(1, 4, 4, 4)], "aten.convolution.default", True, ""),
     "transpose_conv_stride_3": (Lambda(lambda m, x: m[0](x), nn.ConvTranspose2d(4, 4, 3, stride=3)),
                                 [(1, 4, 4, 4)], "aten.convolution.default", False, "stride <= kernel and <= 2"),
+    "transpose_conv_output_padding_within_padding": (
+        Lambda(lambda m, x: m[0](x), nn.ConvTranspose2d(4, 4, 3, stride=2, padding=1, output_padding=1)),
+        [(1, 4, 4, 4)], "aten.convolution.default", True, ""),
+    "transpose_conv_output_padding_over_padding": (
+        Lambda(lambda m, x: m[0](x), nn.ConvTranspose2d(4, 4, 3, stride=2, padding=0, output_padding=1)),
+        [(1, 4, 4, 4)], "aten.convolution.default", False, "output_padding <= padding"),
     "adaptive_pool_divisible": (Lambda(lambda _, x: nn.functional.adaptive_avg_pool2d(x, 4)), [(1, 4, 8, 8)],
                                 "aten._adaptive_avg_pool2d.default", True, ""),
     "adaptive_pool_not_divisible": (Lambda(lambda _, x: nn.functional.adaptive_avg_pool2d(x, 4)), [(1, 4, 8, 6)],

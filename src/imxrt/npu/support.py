@@ -108,19 +108,23 @@ def conv_mac_bound(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
 
 
 def transpose_conv_shape(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
-    """Transposed convolution: groups 1, dilation 1, stride <= kernel and <= 2, padding < kernel."""
+    """Transposed convolution: groups 1, dilation 1, stride <= kernel and <= 2, padding < kernel,
+    output_padding <= padding."""
     node = cluster.anchor
     if not node.args[6]:
         return True, "not transposed"
     weight_shape, stride, padding, dilation, groups = _conv_params(node)
+    output_padding = _ints(node.args[7], 2, 0)
     kernel = weight_shape[2:]
     ok = (
         groups == 1
         and dilation == (1, 1)
         and all(s <= min(k, 2) for s, k in zip(stride, kernel, strict=True))
         and all(p < k for p, k in zip(padding, kernel, strict=True))
+        and all(o <= p for o, p in zip(output_padding, padding, strict=True))
     )
-    return ok, f"groups {groups}, dilation {dilation}, stride {stride}, padding {padding}, kernel {kernel}"
+    return ok, (f"groups {groups}, dilation {dilation}, stride {stride}, padding {padding}, "
+                f"output_padding {output_padding}, kernel {kernel}")
 
 
 # --- matrix ops -------------------------------------------------------------------------------------------
@@ -322,7 +326,7 @@ def check(node: Node, cluster: Cluster | None, npu: NeutronConfig) -> tuple[bool
     for constraint in row.constraints:
         ok, found = constraint(cluster, npu)
         if not ok:
-            rule = constraint.__doc__.strip().splitlines()[0]
+            rule = " ".join(line.strip() for line in constraint.__doc__.strip().splitlines())
             return False, f"{rule} (found: {found})"
     if cluster.activation is not None:
         return True, f"{row.litert} with fused {op_name(cluster.activation)}"
@@ -342,7 +346,8 @@ def supported_ops_markdown() -> str:
         "|---|---|---|",
     ]
     for op, row in SUPPORTED.items():
-        rules = " ".join(c.__doc__.strip().splitlines()[0] for c in row.constraints) or "int8"
+        rules = " ".join(" ".join(line.strip() for line in c.__doc__.strip().splitlines())
+                         for c in row.constraints) or "int8"
         lines.append(f"| `{getattr(op, '__name__', op)}` | {row.litert} | {rules} |")
     return "\n".join(lines) + "\n"
 

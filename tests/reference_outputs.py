@@ -6,12 +6,13 @@ import numpy as np
 import oracles
 import torch
 
-_quantize = torch.ops.quantized_decomposed.quantize_per_tensor
-
 
 def quantize(x: torch.Tensor, scale: float, zero_point: int) -> np.ndarray:
     """int8 the way the program's own quantize op computes it (round half to even, saturate)."""
-    return _quantize(x, scale, zero_point, -128, 127, torch.int8).numpy()
+    import torchao.quantization.pt2e  # noqa: F401  (registers the quantized_decomposed ops)
+
+    op = torch.ops.quantized_decomposed.quantize_per_tensor
+    return op(x, scale, zero_point, -128, 127, torch.int8).numpy()
 
 
 def tflm_and_reference(result, inputs: tuple[torch.Tensor, ...], partition: int = 0):

@@ -161,3 +161,22 @@ def test_matmul_by_a_constant_is_a_fully_connected_with_symmetric_weights():
     assert oracles.tflite_ops(result.partitions[0]) == ["FULLY_CONNECTED"]
     got, expected, _ = tflm_and_reference(result, data[1])
     assert max_step_difference(got, expected) <= 1
+
+
+def test_lstm_runs_in_float_on_the_cpu_and_the_report_names_it():
+    class Recurrent(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(10, 16)
+            self.lstm = torch.nn.LSTM(16, 8, batch_first=True)
+
+        def forward(self, x):
+            y, _ = self.lstm(torch.relu(self.fc(x)))
+            return y[:, -1]
+
+    x = (torch.randn(1, 5, 10, generator=torch.Generator().manual_seed(0)),)
+    result = compile(Recurrent().eval(), x, "imxrt700", [x], CompileOptions(show_progress=False))
+    ops = result.report["ops"]
+    assert [op["op"] for op in ops if op["placement"] == "npu"] == ["aten.linear.default", "aten.relu.default"]
+    recurrent = [op for op in ops if op["placement"] == "cpu" and "LSTM 'lstm'" in op["reason"]]
+    assert len(recurrent) > 10 and all("runs in float on the CPU" in op["reason"] for op in recurrent)

@@ -314,10 +314,21 @@ def op_name(node: Node) -> str:
     return getattr(node.target, "__name__", str(node.target))
 
 
+def not_quantized_reason(node: Node) -> str:
+    """Why a node is float: name the PyTorch call and module it came from (an LSTM decomposes into dozens
+    of float ops; the user needs to see "LSTM", not "sigmoid")."""
+    source = node.meta.get("torch_fn")
+    call = source[1].rsplit(".", 1)[-1] if source else op_name(node)
+    stack = node.meta.get("nn_module_stack") or {}
+    path, module_type = list(stack.values())[-1] if stack else ("", "")
+    where = f" in {module_type.rsplit('.', 1)[-1]} '{path}'" if path else ""
+    return f"not quantized: {call}{where} has no int8 rule, so it runs in float on the CPU"
+
+
 def check(node: Node, cluster: Cluster | None, npu: NeutronConfig) -> tuple[bool, str]:
     """Whether the NPU runs ``node``; the reason is the user-facing rule that failed, with what was found."""
     if cluster is None:
-        return False, "not quantized to int8 (no dequantize -> op -> quantize cluster around it)"
+        return False, not_quantized_reason(node)
     if node is cluster.activation:
         return check(cluster.anchor, cluster, npu)
     row = SUPPORTED.get(node.target)

@@ -35,6 +35,32 @@ def test_a_foreign_neutron_backend_class_does_not_capture_our_partitions():
     assert NeutronBackend.__name__ == "NeutronBackend"
 
 
+class ConvPoolAdd(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.branch = torch.nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        y = torch.nn.functional.relu6(self.conv(x))
+        y = y + self.branch(y)
+        return torch.nn.functional.avg_pool2d(y, 2).flatten(1)
+
+
+def test_every_npu_op_maps_to_the_edge_nodes_it_came_from_and_back():
+    """Provenance is complete by construction: each LiteRT op names edge debug handles, and each delegated
+    edge node is named by at least one LiteRT op."""
+    x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    result = compile(ConvPoolAdd().eval(), (x,), "imxrt700", [(x,)], CompileOptions(show_progress=False))
+    (blob,) = deserialize_pte_binary(result.pte).program.backend_delegate_data
+    ops = payload.unpack(bytes(blob.data)).metadata["ops"]
+    mapped = {handle for op in ops for handle in op["debug_handles"]}
+    assert all(op["debug_handles"] for op in ops)
+    delegated = {op["debug_handle"] for op in result.report["ops"] if op["placement"] == "npu"}
+    assert None not in delegated
+    assert delegated <= mapped
+
+
 def test_reference_payload_round_trip_is_16_byte_aligned_and_rejects_other_blobs():
     metadata = {"inputs": [], "outputs": [], "ops": []}
     blob = payload.pack(metadata, b"TFL3" * 5)

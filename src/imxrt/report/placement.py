@@ -103,6 +103,7 @@ def _conversion_reason(node: Node) -> str:
 def _op_entry(node: Node, placement: str, partition: int | None, reason: str, node_macs: int) -> dict:
     return {
         "name": node.name,
+        "debug_handle": node.meta.get("debug_handle"),  # what the delegate's profiling map refers to
         "op": op_name(node),
         "placement": placement,
         "partition": partition,

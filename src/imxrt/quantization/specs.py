@@ -34,7 +34,7 @@ def activation_spec(qat: bool = False) -> QuantizationSpec:
         quant_max=INT8_MAX,
         qscheme=torch.per_tensor_affine,
         is_dynamic=False,
-        observer_or_fake_quant_ctr=observer.with_args(eps=2**-12) if not qat else observer,
+        observer_or_fake_quant_ctr=observer,
     )
 
 

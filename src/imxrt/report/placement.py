@@ -79,7 +79,8 @@ def build_report(
         "summary": {
             "macs_total": macs_total,
             "macs_npu": macs_npu,
-            "npu_mac_fraction": (macs_npu / macs_total) if macs_total else 1.0,
+            # a model without MAC work is "all on the NPU" only if it has an NPU partition at all
+            "npu_mac_fraction": (macs_npu / macs_total) if macs_total else float(bool(partitions)),
             "partitions": len(partitions),
             "transposes": transposes,
             "ops_npu": sum(op["placement"] == "npu" for op in ops),

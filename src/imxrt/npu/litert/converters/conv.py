@@ -1,5 +1,5 @@
-"""convolution -> CONV_2D (also grouped), DEPTHWISE_CONV_2D or TRANSPOSE_CONV; explicit padding TFLite
-cannot express becomes a PAD in front (padding = zero point)."""
+"""convolution -> CONV_2D (grouped: SLICE + CONV_2D per group + CONCATENATION), DEPTHWISE_CONV_2D or
+TRANSPOSE_CONV; explicit padding TFLite cannot express becomes a PAD in front (padding = zero point)."""
 
 from __future__ import annotations
 
@@ -86,15 +86,46 @@ def _conv_options(args: ConvArgs, padding: int, fused: int) -> object:
 
 
 def _conv_2d(ctx, node, x, weight, scales, bias, args, padding, out: Output) -> None:
-    """OIHW int8 weights -> OHWI, per-channel along dim 0. Grouped (1 < groups < C_in) is the same op:
-    TFLite's CONV_2D takes groups = C_in / filter C_in, with each group's filters contiguous in O, as
-    PyTorch's; the reference kernels of LiteRT and TFLM both run it."""
-    filters = ctx.constant_tensor(
-        node.args[CONV_WEIGHT].name, weight.transpose(0, 2, 3, 1), PerChannel(tuple(scales), axis=0)
-    )
-    bias_tensor = ctx.bias(bias, node, _bias_scales(x, scales))
+    """OIHW int8 weights -> OHWI, per-channel along dim 0.
+
+    Grouped (1 < groups < C_in): one SLICE of the input channels and one CONV_2D per group, joined by a
+    CONCATENATION along channels, all inside the partition. Every part carries the output's qparams, so
+    the join copies bytes. The Neutron converter takes per-group convolutions (upstream also splits
+    groups, but leaves its split on the CPU, which fragments the partition)."""
+    bias_scales = _bias_scales(x, scales)
+    bias_values = ctx.bias_values(bias, node, len(scales))
     conv_options = _conv_options(args, padding, out.fused)
-    ctx.emit_result("CONV_2D", [x, filters, bias_tensor], out, conv_options)
+    if args.groups == 1:
+        filters = ctx.constant_tensor(
+            node.args[CONV_WEIGHT].name, weight.transpose(0, 2, 3, 1), PerChannel(tuple(scales), axis=0)
+        )
+        bias_tensor = ctx.constant_tensor(f"{node.name}_bias", bias_values, PerChannel(tuple(bias_scales), axis=0))
+        ctx.emit_result("CONV_2D", [x, filters, bias_tensor], out, conv_options)
+        return
+    batch, height, width, in_channels = x.shape
+    in_per_group = in_channels // args.groups
+    out_per_group = weight.shape[0] // args.groups
+    parts = []
+    for group in range(args.groups):
+        part_input = ctx.activation_tensor(f"{x.name}_group{group}", (batch, height, width, in_per_group),
+                                           x.quantization)
+        begin = ctx.int32_constant("begin", [0, 0, 0, group * in_per_group])
+        size = ctx.int32_constant("size", [batch, height, width, in_per_group])
+        ctx.emit("SLICE", [x, begin, size], [part_input], None, out.sources)
+        channels = slice(group * out_per_group, (group + 1) * out_per_group)
+        filters = ctx.constant_tensor(f"{node.args[CONV_WEIGHT].name}_group{group}",
+                                      weight[channels].transpose(0, 2, 3, 1),
+                                      PerChannel(tuple(scales[channels]), axis=0))
+        bias_tensor = ctx.constant_tensor(f"{node.name}_bias_group{group}", bias_values[channels],
+                                          PerChannel(tuple(bias_scales[channels]), axis=0))
+        part = ctx.activation_tensor(f"{out.anchor.name}_group{group}", (*out.shape[:3], out_per_group),
+                                     out.quantization)
+        ctx.emit("CONV_2D", [part_input, filters, bias_tensor], [part], conv_options, out.sources)
+        parts.append(part)
+    joined = ctx.activation_tensor(out.anchor.name, out.shape, out.quantization)
+    concat_options = options(schema.ConcatenationOptionsT, axis=_NHWC_CHANNELS)
+    ctx.emit("CONCATENATION", parts, [joined], concat_options, out.sources)
+    ctx.bind(out, joined)
 
 
 def _depthwise(ctx, node, x, weight, scales, bias, args, padding, out: Output) -> None:

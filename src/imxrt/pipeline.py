@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -71,28 +72,26 @@ def compile(
         raise BadOption("--neutron-compiler", options.neutron_compiler, NEUTRON_COMPILERS)
     example_inputs = check_inputs(model, example_inputs)
     seconds: dict[str, float] = {}
-
-    start = time.perf_counter()
-    exported = export(model, example_inputs)
-    seconds["export"] = time.perf_counter() - start
-
-    start = time.perf_counter()
-    quantized = quantize(exported, example_inputs, calibration, options)
-    seconds["quantize"] = time.perf_counter() - start
-
-    start = time.perf_counter()
     placement_log = PlacementLog()
-    edge = lower(quantized, target, options, placement_log)
-    seconds["lower"] = time.perf_counter() - start
 
+    with _timed(seconds, "export"):
+        exported = export(model, example_inputs)
+    with _timed(seconds, "quantize"):
+        quantized = quantize(exported, example_inputs, calibration, options)
+    with _timed(seconds, "lower"):
+        edge = lower(quantized, target, options, placement_log)
     # Read the placement before serialization: to_executorch rewrites the edge graph in place.
     report, partitions = placement.build_report(edge, placement_log, target, options.neutron_compiler)
-
-    start = time.perf_counter()
-    pte = serialize(edge)
-    seconds["serialize"] = time.perf_counter() - start
-
+    with _timed(seconds, "serialize"):
+        pte = serialize(edge)
     return CompileResult(pte=pte, partitions=partitions, report=report, stage_seconds=seconds, quantized=quantized)
+
+
+@contextmanager
+def _timed(seconds: dict[str, float], stage: str):
+    start = time.perf_counter()
+    yield
+    seconds[stage] = time.perf_counter() - start
 
 
 def check_inputs(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:

@@ -18,49 +18,43 @@ from imxrt.targets import Target
 REPORT_VERSION = 1
 
 
-def _delegates(edge: EdgeProgramManager) -> list[LoweredBackendModule]:
-    """``NeutronBackend`` delegates in call order."""
-    gm = edge.exported_program().graph_module
-    found = []
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and getattr(node.target, "__name__", "") == "executorch_call_delegate":
-            module = getattr(gm, node.args[0].target)
-            if module.backend_id == DELEGATE_ID:
-                found.append(module)
-    return found
+def _is_delegate_call(node: Node) -> bool:
+    return node.op == "call_function" and getattr(node.target, "__name__", "") == "executorch_call_delegate"
 
 
 def build_report(
     edge: EdgeProgramManager, log: PlacementLog, target: Target, neutron_compiler: str
 ) -> tuple[dict, list[bytes]]:
-    """``report.json`` as a dict, and the LiteRT bytes of each partition (in partition order)."""
+    """``report.json`` as a dict, and the LiteRT bytes of each partition (in partition order).
+
+    Ops are listed in execution order; a delegate call stands for its partition's ops."""
+    gm = edge.exported_program().graph_module
     ops: list[dict] = []
     partitions: list[dict] = []
     tflites: list[bytes] = []
-    for index, delegate in enumerate(_delegates(edge)):
-        blob = bytes(delegate.processed_bytes)
-        tflite = payload.unpack(blob).tflite if payload.is_reference(blob) else b""
-        tflites.append(tflite)
-        nodes = [n for n in delegate.original_module.graph.nodes if is_compute(n)]
-        partition_macs = 0
-        for node in nodes:
-            decision = log.decisions.get(node.name)
-            node_macs = macs.of(node)
-            partition_macs += node_macs
-            ops.append(_op_entry(node, "npu", index, decision.reason if decision else "delegated", node_macs))
-        partitions.append({
-            "index": index,
-            "tflite": f"npu/partition_{index}.tflite",
-            "ops": litert_ops(tflite) if tflite else [],
-            "nodes": [n.name for n in nodes],
-            "macs": partition_macs,
-            "payload": "reference" if payload.is_reference(blob) else "microcode",
-            "payload_bytes": len(blob),
-        })
-    for node in edge.exported_program().graph.nodes:
-        if node.op != "call_function" or getattr(node.target, "__name__", "") == "executorch_call_delegate":
-            continue
-        if is_quantize(node) or is_dequantize(node):
+    for node in gm.graph.nodes:
+        if _is_delegate_call(node):
+            delegate: LoweredBackendModule = getattr(gm, node.args[0].target)
+            if delegate.backend_id != DELEGATE_ID:
+                continue
+            index = len(partitions)
+            blob = bytes(delegate.processed_bytes)
+            tflite = payload.unpack(blob).tflite if payload.is_reference(blob) else b""
+            tflites.append(tflite)
+            nodes = [n for n in delegate.original_module.graph.nodes if is_compute(n)]
+            for inner in nodes:
+                decision = log.decisions.get(inner.name)
+                ops.append(_op_entry(inner, "npu", index, decision.reason if decision else "delegated", macs.of(inner)))
+            partitions.append({
+                "index": index,
+                "tflite": f"npu/partition_{index}.tflite",
+                "ops": litert_ops(tflite) if tflite else [],
+                "nodes": [n.name for n in nodes],
+                "macs": sum(macs.of(n) for n in nodes),
+                "payload": "reference" if payload.is_reference(blob) else "microcode",
+                "payload_bytes": len(blob),
+            })
+        elif is_quantize(node) or is_dequantize(node):
             ops.append(_op_entry(node, "cpu", None, _conversion_reason(node), 0))
         elif is_compute(node):
             decision = log.decisions.get(node.name)

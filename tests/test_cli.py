@@ -107,3 +107,40 @@ def test_command_line_prints_no_traceback(tmp_path):
 def test_targets_command(capsys):
     assert main(["targets"]) == 0
     assert "Neutron N3-64" in capsys.readouterr().out
+
+
+def test_module_function_source_with_calibration_cap(tmp_path, monkeypatch, caplog):
+    (tmp_path / "tiny_models.py").write_text(TINY + textwrap.dedent("""
+        CALLS = []
+        def calibration_inputs():
+            generator = torch.Generator().manual_seed(2)
+            for _ in range(100):
+                CALLS.append(1)
+                yield (torch.randn(1, 3, 6, 6, generator=generator),)
+        def build():
+            return model(), example_inputs(), calibration_inputs()
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "out"
+    status = main(["compile", "tiny_models:build", "-o", str(out), "--calibration-samples", "3", "--quiet"])
+    assert status == 0
+    import tiny_models
+
+    assert len(tiny_models.CALLS) == 3, "the calibration cap stops consuming the user's iterable"
+    assert "calibrating on the example inputs" not in caplog.text
+    assert (out / "model.pte").exists()
+
+
+@pytest.mark.parametrize("source, words", [("no_such_module:build", "cannot import no_such_module"),
+                                           ("json:no_such_function", "json has no function no_such_function"),
+                                           ("json:dumps", "dumps() raised")])
+def test_bad_module_function_source(source, words, tmp_path, capsys):
+    assert main(["compile", source, "-o", str(tmp_path / "o")]) == EXIT_USER_ERROR
+    assert words in capsys.readouterr().err
+
+
+def test_non_positive_calibration_samples_is_an_option_error(tmp_path, capsys):
+    path = tmp_path / "source.py"
+    path.write_text(TINY)
+    assert main(["compile", str(path), "-o", str(tmp_path / "o"), "--calibration-samples", "0"]) == EXIT_USER_ERROR
+    assert "--calibration-samples" in capsys.readouterr().err

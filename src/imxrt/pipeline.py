@@ -5,6 +5,7 @@ Each stage is one function below, called in order by ``compile``; the driver fit
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -146,17 +147,10 @@ def quantize(
                     "calibration_inputs() for representative activation ranges")
         calibration = [example_inputs]
     if options.calibration_samples is not None:
-        calibration = _first(calibration, options.calibration_samples)
+        calibration = itertools.islice(calibration, options.calibration_samples)
     calibrate(prepared, calibration, total=options.calibration_samples, show_progress=options.show_progress)
     converted = convert_pt2e(prepared)
     return torch.export.export(converted, example_inputs, strict=False)
-
-
-def _first(samples: Iterable, count: int):
-    for index, sample in enumerate(samples):
-        if index >= count:
-            return
-        yield sample
 
 
 def lower(

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import shutil
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -97,41 +94,13 @@ def _compile(args: argparse.Namespace) -> int:
         show_progress=not args.quiet,
     )
     result = compile(source.model, source.example_inputs, target, source.calibration, options)
-    write_outputs(result, args.output)
+    result.save(args.output)
     if not args.quiet:
         for line in summary_lines(result.report):
             print(line)
         print(f"wrote {args.output / 'model.pte'} ({len(result.pte):,} bytes), report.json, "
               f"{len(result.partitions)} partition .tflite")
     return 0
-
-
-def write_outputs(result, output: Path) -> None:
-    """Write every artifact into a temporary folder beside ``output``, then move them into place:
-    a failure leaves nothing half-written."""
-    output = output.resolve()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the output folder is an ordinary one
-    try:
-        (staging / "model.pte").write_bytes(result.pte)
-        (staging / "report.json").write_text(json.dumps(result.report, indent=2, sort_keys=True) + "\n")
-        (staging / "npu").mkdir()
-        for index, tflite in enumerate(result.partitions):
-            (staging / "npu" / f"partition_{index}.tflite").write_bytes(tflite)
-        if not output.exists():
-            staging.rename(output)
-            return
-        if not output.is_dir():
-            raise BadOption("-o", str(output), "a folder path (it names an existing file)")
-        if (output / "npu").exists():
-            shutil.rmtree(output / "npu")
-        for item in staging.iterdir():
-            os.replace(item, output / item.name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,16 @@ Each stage is one function below, called in order by ``compile``; the driver fit
 from __future__ import annotations
 
 import itertools
+import json
 import logging
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from executorch.exir import (
@@ -53,6 +58,35 @@ class CompileResult:
     report: dict
     stage_seconds: dict[str, float] = field(default_factory=dict)
     quantized: ExportedProgram | None = None  # the int8 program as PyTorch runs it (fake-quantized float)
+
+    def save(self, output: str | Path) -> None:
+        """Write ``model.pte``, ``report.json`` and ``npu/partition_<i>.tflite`` into the folder ``output``.
+
+        Everything goes into a temporary folder beside it first and is moved into place at the end: a
+        failure leaves nothing half-written. A previous compile's ``npu/`` folder is replaced whole."""
+        output = Path(output).resolve()
+        output.parent.mkdir(parents=True, exist_ok=True)
+        if output.exists() and not output.is_dir():
+            raise BadOption("-o", str(output), "a folder path (it names an existing file)")
+        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the output folder is an ordinary one
+        try:
+            (staging / "model.pte").write_bytes(self.pte)
+            (staging / "report.json").write_text(json.dumps(self.report, indent=2, sort_keys=True) + "\n")
+            (staging / "npu").mkdir()
+            for index, tflite in enumerate(self.partitions):
+                (staging / "npu" / f"partition_{index}.tflite").write_bytes(tflite)
+            if not output.exists():
+                staging.rename(output)
+                return
+            if (output / "npu").exists():
+                shutil.rmtree(output / "npu")
+            for item in staging.iterdir():
+                os.replace(item, output / item.name)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def compile(

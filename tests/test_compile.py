@@ -180,3 +180,18 @@ def test_lstm_runs_in_float_on_the_cpu_and_the_report_names_it():
     assert [op["op"] for op in ops if op["placement"] == "npu"] == ["aten.linear.default", "aten.relu.default"]
     recurrent = [op for op in ops if op["placement"] == "cpu" and "LSTM 'lstm'" in op["reason"]]
     assert len(recurrent) > 10 and all("runs in float on the CPU" in op["reason"] for op in recurrent)
+
+
+def test_reflect_pad_and_an_integer_scalar_multiply_run_on_the_npu():
+    class PadScale(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.pad(torch.relu(x), (1, 1, 2, 2), mode="reflect") * 2
+
+    generator = torch.Generator().manual_seed(0)
+    data = [(torch.randn(1, 4, 6, 6, generator=generator),) for _ in range(4)]
+    result = compile(PadScale().eval(), data[0], "imxrt700", data, CompileOptions(show_progress=False))
+    npu = [op["op"] for op in result.report["ops"] if op["placement"] == "npu"]
+    assert npu == ["aten.relu.default", "aten.reflection_pad2d.default", "aten.mul.Tensor"]
+    assert oracles.tflite_ops(result.partitions[0]) == ["TRANSPOSE", "RELU", "MIRROR_PAD", "MUL", "TRANSPOSE"]
+    got, expected, _ = tflm_and_reference(result, data[1])
+    assert max_step_difference(got, expected) <= 1

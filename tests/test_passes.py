@@ -109,3 +109,22 @@ def test_batch_norm_with_a_second_user_of_the_conv_is_not_folded():
     gm = run_aten_passes(torch.export.export(model, (x,)).module(check_guards=False))
     assert aten.batch_norm.default in _targets(gm)
     torch.testing.assert_close(gm(x), model(x))
+
+
+def test_pad_modes_become_core_ops_and_int_scalars_become_floats():
+    class PadScale(nn.Module):
+        def forward(self, x):
+            y = nn.functional.pad(x, (1, 1, 2, 2), mode="reflect")
+            y = nn.functional.pad(y, (1, 0), mode="constant", value=0.5)
+            return nn.functional.pad(y, (1, 1, 1, 1), mode="replicate") * 2 + True
+
+    x = torch.randn(1, 2, 5, 5)
+    gm = torch.export.export(PadScale(), (x,)).module(check_guards=False)
+    expected = PadScale()(x)
+    gm = run_aten_passes(gm)
+    targets = _targets(gm)
+    assert aten.pad.default not in targets
+    assert {aten.reflection_pad2d.default, aten.constant_pad_nd.default, aten.replication_pad2d.default} <= set(targets)
+    scalars = [a for n in gm.graph.nodes if n.target in (aten.mul.Tensor, aten.add.Tensor) for a in n.args[1:]]
+    assert scalars and all(type(a) is float for a in scalars)
+    torch.testing.assert_close(gm(x), expected)

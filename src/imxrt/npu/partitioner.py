@@ -27,15 +27,25 @@ from imxrt.targets import Target
 # (backend.DELEGATE_ID) from backend.stamp_delegate_ids after lowering.
 BACKEND_ID = ImxrtNeutronBackend.__name__
 
-# Ops kept whole through to_edge so the NPU sees one FULLY_CONNECTED / HARD_SWISH / RESIZE, not a
-# decomposition into float primitives.
-_KEEP_WHOLE = (
-    torch.ops.aten.linear.default,
-    torch.ops.aten.hardswish.default,
-    torch.ops.aten.upsample_nearest2d.vec,
-    torch.ops.aten.upsample_bilinear2d.vec,
-    torch.ops.aten.prelu.default,
-)
+_aten = torch.ops.aten
+# Ops kept whole through to_edge so the NPU sees one FULLY_CONNECTED / HARD_SWISH / RESIZE / PRELU, not a
+# decomposition into primitives. Keeping is per op, not per node, so each must also be safe where the NPU
+# does not take it: linear, upsample and reflection pads have portable kernels; hardswish is always int8
+# (a Compute rule) and the NPU takes every int8 hardswish; prelu (no portable kernel) is kept only when
+# every one is int8.
+_KEEP_WHOLE = (_aten.linear.default, _aten.hardswish.default, _aten.upsample_nearest2d.vec,
+               _aten.upsample_bilinear2d.vec, _aten.reflection_pad1d.default, _aten.reflection_pad2d.default)
+_KEEP_WHEN_ALL_INT8 = (_aten.prelu.default,)
+
+
+def ops_to_keep_whole(program: ExportedProgram) -> list[torch._ops.OpOverload]:
+    """The aten ops ``to_edge`` must not decompose in ``program`` (``EdgeCompileConfig.preserve_ops``)."""
+    keep = list(_KEEP_WHOLE)
+    for op in _KEEP_WHEN_ALL_INT8:
+        nodes = [n for n in program.graph.nodes if n.op == "call_function" and n.target == op]
+        if nodes and all(all(is_dequantize_aten(a) for a in tensor_args(n)) for n in nodes):
+            keep.append(op)
+    return keep
 
 
 @dataclass(frozen=True)
@@ -85,11 +95,8 @@ class NpuPartitioner(Partitioner):
         self.delegation_spec = DelegationSpec(BACKEND_ID, compile_specs_for(target, neutron_compiler))
 
     def ops_to_not_decompose(self, ep: ExportedProgram):
-        def keep(node: Node) -> bool:
-            # Only int8 ops stay whole; a float one decomposes for the portable kernels.
-            return any(is_dequantize_aten(a) for a in tensor_args(node))
-
-        return list(_KEEP_WHOLE), keep
+        """For ``to_edge_transform_and_lower`` users; the pipeline passes the same list to ``to_edge``."""
+        return ops_to_keep_whole(ep), None
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         graph = exported_program.graph_module.graph

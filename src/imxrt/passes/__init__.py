@@ -6,13 +6,16 @@ from torch.fx import GraphModule
 
 from imxrt.passes.convert_conv1d_to_conv2d import ConvertConv1dToConv2dPass
 from imxrt.passes.convert_div_to_mul import ConvertDivToMulPass
+from imxrt.passes.convert_pad_to_core_op import ConvertPadToCoreOpPass
+from imxrt.passes.convert_scalar_operands_to_float import ConvertScalarOperandsToFloatPass
 from imxrt.passes.fold_batch_norm import FoldBatchNormPass
 from imxrt.passes.remove_identity_as_strided import RemoveIdentityAsStridedPass
 from imxrt.passes.remove_noops import RemoveNoOpsPass
 
 # Order matters: no-ops go first so a dropout between conv and batch norm does not block folding;
 # batch norms fold before conv1d becomes conv2d, whose trailing squeeze would separate them.
-ATEN_PASSES = (RemoveNoOpsPass, FoldBatchNormPass, ConvertConv1dToConv2dPass, ConvertDivToMulPass)
+ATEN_PASSES = (RemoveNoOpsPass, FoldBatchNormPass, ConvertConv1dToConv2dPass, ConvertDivToMulPass,
+               ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass)
 
 
 # Run by to_edge_transform_and_lower after decomposition, before the partitioners see the graph.

@@ -88,8 +88,14 @@ def main(argv=None) -> int:
                         default=["ds_cnn", "mobilenet_v1", "resnet8", "autoencoder", "mobilenet_v2",
                                  "mobilenet_v2_224"])
     parser.add_argument("--calibration-samples", type=int, default=8)
+    parser.add_argument("--side", choices=("both", "ours", "upstream"), default="both",
+                        help="run one pipeline only (to time each as a whole process)")
     args = parser.parse_args(argv)
-    upstream_nxp.ensure_neutron_sdk()
+    runners = {"ours": run_ours, "upstream": run_upstream}
+    if args.side != "both":
+        runners = {args.side: runners[args.side]}
+    if "upstream" in runners:
+        upstream_nxp.ensure_neutron_sdk()
 
     stages = ("export", "quantize", "lower", "serialize", "total")
     header = (f"{'model':18s} {'who':9s} " + " ".join(f"{s:>9s}" for s in stages)
@@ -99,8 +105,7 @@ def main(argv=None) -> int:
     totals = {"ours": 0.0, "upstream": 0.0}
     for name in args.models:
         model, inputs, calibration = load(name, args.calibration_samples)
-        rows = {"ours": run_ours(copy.deepcopy(model), inputs, calibration),
-                "upstream": run_upstream(copy.deepcopy(model), inputs, calibration)}
+        rows = {who: run(copy.deepcopy(model), inputs, calibration) for who, run in runners.items()}
         for who, row in rows.items():
             if row.get("error"):
                 print(f"{name:18s} {who:9s} failed: {row['error']}")
@@ -110,8 +115,10 @@ def main(argv=None) -> int:
             pads = row["ops"].get("PAD", 0) + row["ops"].get("PADV2", 0)
             print(f"{name:18s} {who:9s} {seconds} {row['partitions']:5d} {row['ops'].get('TRANSPOSE', 0):9d} "
                   f"{pads:4d}")
-        ours, upstream = rows["ours"]["seconds"]["total"], rows["upstream"]["seconds"].get("total")
-        if upstream and not rows["upstream"].get("error"):
+        if len(rows) < 2 or rows["upstream"].get("error"):
+            continue
+        ours, upstream = rows["ours"]["seconds"]["total"], rows["upstream"]["seconds"]["total"]
+        if upstream:
             totals["ours"] += ours
             totals["upstream"] += upstream
             print(f"{name:18s} {'ratio':9s} ours / upstream end to end = {ours / upstream:.2f} "

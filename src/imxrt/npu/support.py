@@ -174,11 +174,16 @@ def add_sub_unit_alpha(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]
 
 # --- pooling and reductions -------------------------------------------------------------------------------
 
+def _pool_window(node: Node) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(kernel, stride) of a pooling node; PyTorch's stride defaults to the kernel."""
+    kernel = _ints(_arg(node, 1, "kernel_size"), 2, 1)
+    return kernel, _ints(_arg(node, 2, "stride") or kernel, 2, 1)
+
+
 def avg_pool_options(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
     """Average pooling: no ceil_mode, no divisor_override, padding counted; kernel and stride <= 4096."""
     node = cluster.anchor
-    kernel = _ints(_arg(node, 1, "kernel_size"), 2, 1)
-    stride = _ints(_arg(node, 2, "stride") or kernel, 2, 1)
+    kernel, stride = _pool_window(node)
     padding = _ints(_arg(node, 3, "padding", 0), 2, 0)
     ceil_mode = bool(_arg(node, 4, "ceil_mode", False))
     include_pad = bool(_arg(node, 5, "count_include_pad", True))
@@ -199,12 +204,12 @@ def adaptive_pool_divisible(cluster: Cluster, npu: NeutronConfig) -> tuple[bool,
 def max_pool_options(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
     """Max pooling: dilation 1, no ceil_mode, indices unused; kernel and stride <= 4096."""
     node = cluster.anchor
-    kernel = _ints(_arg(node, 1, "kernel_size"), 2, 1)
-    stride = _ints(_arg(node, 2, "stride") or kernel, 2, 1)
+    kernel, stride = _pool_window(node)
     dilation = _ints(_arg(node, 4, "dilation", 1), 2, 1)
     ceil_mode = bool(_arg(node, 5, "ceil_mode", False))
     indices_used = any(u.target is operator.getitem and u.args[1] == 1 and u.users for u in node.users)
-    ok = dilation == (1, 1) and not ceil_mode and not indices_used and max(*kernel, *stride) <= 4096
+    ok = (dilation == (1, 1) and not ceil_mode and not indices_used
+          and max(*kernel, *stride) <= MAX_KERNEL_STRIDE_DILATION)
     return ok, f"dilation {dilation}, ceil_mode {ceil_mode}, indices used {indices_used}"
 
 

@@ -73,16 +73,14 @@ def _padded_input(ctx, node, x, args: ConvArgs, kernel, sources) -> tuple[Tensor
     return pad_tensor(ctx, x, [(0, 0), (pad_h, pad_h), (pad_w, pad_w), (0, 0)], sources), Padding.VALID
 
 
+def _window_fields(args: ConvArgs, padding: int, fused: int) -> dict:
+    """The option fields CONV_2D and DEPTHWISE_CONV_2D share."""
+    return dict(padding=padding, strideH=args.stride[0], strideW=args.stride[1], dilationHFactor=args.dilation[0],
+                dilationWFactor=args.dilation[1], fusedActivationFunction=fused)
+
+
 def _conv_options(args: ConvArgs, padding: int, fused: int) -> object:
-    return options(
-        schema.Conv2DOptionsT,
-        padding=padding,
-        strideH=args.stride[0],
-        strideW=args.stride[1],
-        dilationHFactor=args.dilation[0],
-        dilationWFactor=args.dilation[1],
-        fusedActivationFunction=fused,
-    )
+    return options(schema.Conv2DOptionsT, **_window_fields(args, padding, fused))
 
 
 def _conv_2d(ctx, node, x, weight, scales, bias, args, padding, out: Output) -> None:
@@ -136,16 +134,8 @@ def _depthwise(ctx, node, x, weight, scales, bias, args, padding, out: Output) -
         node.args[CONV_WEIGHT].name, weight.transpose(1, 2, 3, 0), PerChannel(tuple(scales), axis=3)
     )
     bias_tensor = ctx.bias(bias, node, _bias_scales(x, scales))
-    depthwise_options = options(
-        schema.DepthwiseConv2DOptionsT,
-        padding=padding,
-        strideH=args.stride[0],
-        strideW=args.stride[1],
-        dilationHFactor=args.dilation[0],
-        dilationWFactor=args.dilation[1],
-        depthMultiplier=weight.shape[0] // in_channels,
-        fusedActivationFunction=out.fused,
-    )
+    depthwise_options = options(schema.DepthwiseConv2DOptionsT, depthMultiplier=weight.shape[0] // in_channels,
+                                **_window_fields(args, padding, out.fused))
     ctx.emit_result("DEPTHWISE_CONV_2D", [x, filters, bias_tensor], out, depthwise_options)
 
 

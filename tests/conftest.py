@@ -1,4 +1,4 @@
-"""Shared test setup: quiet third-party import noise, and small helpers to build int8 edge graphs."""
+"""Shared test setup: quiet third-party import noise (edge-graph builders live in edge_graphs.py)."""
 
 from __future__ import annotations
 

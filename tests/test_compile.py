@@ -30,7 +30,7 @@ _compiled: dict[str, object] = {}
 
 
 def compiled(name: str):
-    """Compile each example once per test session (several tests read the same result)."""
+    """Compile each example once per test run (several tests read the same result)."""
     if name not in _compiled:
         source = load_source(str(EXAMPLES / name))
         calibration = list(source.calibration) if source.calibration is not None else None

@@ -1,4 +1,4 @@
-"""The ``imxrt`` command: ``compile`` and ``targets``. Errors a user can cause print one line, exit 1."""
+"""The ``imxrt`` command: ``compile``, ``run`` and ``targets``. Errors a user can cause print one line, exit 1."""
 
 from __future__ import annotations
 
@@ -39,6 +39,14 @@ def _parser() -> argparse.ArgumentParser:
     compile_.add_argument("--neutron-compiler", default="reference", help="reference")
     compile_.add_argument("--quiet", action="store_true", help="no progress bar or summary")
 
+    run = commands.add_parser("run", help="run a compiled .pte on this computer, bit-exactly")
+    run.add_argument("pte", type=Path, help="the program (e.g. out/model.pte)")
+    run.add_argument("--input", action="append", default=[], type=Path, metavar="NPY",
+                     help="a .npy file per program input, in order (repeat the flag)")
+    run.add_argument("--output-dir", type=Path, default=None, help="write output_<i>.npy here")
+    run.add_argument("--check-plan", action="store_true",
+                     help="poison each planned tensor's bytes when its lifetime ends (catches bad memory plans)")
+
     commands.add_parser("targets", help="list the targets")
     return parser
 
@@ -50,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "targets":
             return _targets()
+        if args.command == "run":
+            return _run(args)
         return _compile(args)
     except ImxrtError as e:
         print(f"imxrt: error: {e}", file=sys.stderr)
@@ -100,6 +110,36 @@ def _compile(args: argparse.Namespace) -> int:
             print(line)
         print(f"wrote {args.output / 'model.pte'} ({len(result.pte):,} bytes), report.json, "
               f"{len(result.partitions)} partition .tflite")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    import zlib
+
+    import numpy as np
+
+    from imxrt.errors import BadFile
+    from imxrt.runtime import load
+
+    inputs = []
+    for path in args.input:
+        try:
+            inputs.append(np.load(path, allow_pickle=False))
+        except FileNotFoundError:
+            raise BadFile(str(path), "no such file") from None
+        except (OSError, ValueError) as e:
+            raise BadFile(str(path), f"is not a .npy array ({str(e).strip().splitlines()[0]})") from None
+    program = load(args.pte, check_plan=args.check_plan)
+    outputs = program.forward(*inputs)
+    if args.output_dir is not None:
+        args.output_dir.mkdir(parents=True, exist_ok=True)
+    for index, output in enumerate(outputs):
+        if args.output_dir is not None:
+            np.save(args.output_dir / f"output_{index}.npy", output)
+        crc = zlib.crc32(np.ascontiguousarray(output).tobytes())
+        print(f"output {index}: shape {tuple(output.shape)} {output.dtype} crc32 {crc:08x}")
+    if args.output_dir is not None:
+        print(f"wrote {len(outputs)} output(s) to {args.output_dir}")
     return 0
 
 

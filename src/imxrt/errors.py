@@ -45,3 +45,7 @@ class BadFile(ImxrtError):
     def __init__(self, path: str, problem: str):
         super().__init__(f"{path}: {problem}")
         self.path = path
+
+
+class BadInput(ImxrtError):
+    """Inputs given to a compiled program do not match what it takes (count, shape, dtype)."""

@@ -1,0 +1,154 @@
+"""Kernel calls: an operator named in the program -> a callable that runs it on the program's values.
+
+Portable ``aten::*.out`` ops run through torch's own out-variants, writing into the arena views;
+``quantized_decomposed`` quantize/dequantize through ExecuTorch's quantized kernel library (its AOT
+build registers the device kernels' C++ code with torch, so rounding is the device's). A few ops need
+logic of their own (the table ``SPECIAL``); everything else is bound generically from the op's schema.
+
+A kernel call's arguments are the schema's arguments in order (keyword-only ones included) followed by
+its returns, each an index into the plan's values.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import executorch.exir.passes.dim_order_ops_registry  # noqa: F401  (registers dim_order_ops::*)
+import executorch.exir.passes.executorch_prim_ops_registry  # noqa: F401  (registers executorch_prim::*)
+import executorch.kernels.quantized  # noqa: F401,I001  (registers quantized_decomposed::*.out: ExecuTorch's C++)
+import torch
+from executorch.exir import schema
+
+from imxrt.errors import BadFile
+from imxrt.runtime.memory import TORCH_DTYPES
+
+_MEMORY_FORMATS = [torch.contiguous_format, torch.preserve_format, torch.channels_last, torch.channels_last_3d]
+_LAYOUTS = [torch.strided, torch.sparse_coo]
+
+
+def _copy_into_out(self, *, out, **_):
+    """dim_order ops: the out tensor already has the target dtype and dim order (its view's strides),
+    so converting layout and dtype is one strided copy."""
+    out.copy_(self)
+    return out
+
+
+def _empty_into_out(size, *, out, **_):
+    return out
+
+
+def _et_view(self, size):
+    """A view sharing its input's bytes (ExecuTorch points the output at the input's data)."""
+    return self.view(size)
+
+
+# Ops with logic of their own, keyed by the qualified name the program stores ("ns::name.overload").
+SPECIAL: dict[str, Callable] = {
+    "dim_order_ops::_to_dim_order_copy.out": _copy_into_out,
+    "dim_order_ops::_clone_dim_order.out": _copy_into_out,
+    "dim_order_ops::_empty_dim_order.out": _empty_into_out,
+}
+
+# executorch_prim scalar ops (symbolic shape arithmetic) without a torch schema: plain Python operators.
+_SCALAR_OPS: dict[str, Callable] = {
+    "executorch_prim::add.Scalar": operator.add,
+    "executorch_prim::sub.Scalar": operator.sub,
+    "executorch_prim::mul.Scalar": operator.mul,
+    "executorch_prim::floordiv.Scalar": operator.floordiv,
+    "executorch_prim::truediv.Scalar": operator.truediv,
+    "executorch_prim::mod.Scalar": operator.mod,
+    "executorch_prim::eq.Scalar": operator.eq,
+    "executorch_prim::gt.Scalar": operator.gt,
+    "executorch_prim::lt.Scalar": operator.lt,
+    "executorch_prim::ge.Scalar": operator.ge,
+    "executorch_prim::le.Scalar": operator.le,
+    "executorch_prim::neg.Scalar": operator.neg,
+    "executorch_prim::sym_size.int": lambda tensor, dim: tensor.size(dim),
+    "executorch_prim::sym_numel.default": lambda tensor: tensor.numel(),
+}
+_SCALAR_ARITY = {"executorch_prim::neg.Scalar": 1, "executorch_prim::sym_numel.default": 1}
+
+
+def qualified_name(op: schema.Operator) -> str:
+    return f"{op.name}.{op.overload or 'default'}"
+
+
+@dataclass(frozen=True)
+class Argument:
+    """How one schema argument is passed: by position or keyword, and converted from its EValue how."""
+
+    name: str
+    keyword: bool
+    convert: Callable[[object], object]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A resolved operator: call it with the converted values of an instruction's argument indices."""
+
+    name: str
+    fn: Callable
+    arguments: tuple[Argument, ...]
+    written: tuple[int, ...]  # positions (among the instruction's args) of the values the op writes
+    stores_result: bool = False  # the op returns a new value (a view, a scalar) instead of writing an out
+
+    def call(self, values: list[object]) -> object:
+        args, kwargs = [], {}
+        for argument, value in zip(self.arguments, values, strict=False):
+            value = argument.convert(value)
+            if argument.keyword:
+                kwargs[argument.name] = value
+            else:
+                args.append(value)
+        return self.fn(*args, **kwargs)
+
+
+def _identity(value):
+    return value
+
+
+def _to_dtype(value):
+    return None if value is None else TORCH_DTYPES[schema.ScalarType(value)]
+
+
+def _to_memory_format(value):
+    return None if value is None else _MEMORY_FORMATS[value]
+
+
+def _to_layout(value):
+    return None if value is None else _LAYOUTS[value]
+
+
+_CONVERTERS = {"ScalarType": _to_dtype, "MemoryFormat": _to_memory_format, "Layout": _to_layout}
+
+
+def _converter(argument_type) -> Callable:
+    # "ScalarType?" and "ScalarType" convert alike; ints stay ints everywhere else (sizes, dims, scalars).
+    return _CONVERTERS.get(str(argument_type).rstrip("?"), _identity)
+
+
+def resolve(op: schema.Operator, program_name: str) -> Kernel:
+    """The kernel for ``op``; an operator torch does not know is a ``BadFile`` naming it."""
+    name = qualified_name(op)
+    if name in _SCALAR_OPS:
+        arity = _SCALAR_ARITY.get(name, 2)
+        arguments = tuple(Argument(f"a{i}", False, _identity) for i in range(arity))
+        return Kernel(name, _SCALAR_OPS[name], arguments, written=(arity,), stores_result=True)
+    if name == "executorch_prim::et_view.default":
+        arguments = (Argument("self", False, _identity), Argument("size", False, _identity))
+        return Kernel(name, _et_view, arguments, written=(2,), stores_result=True)
+    namespace, _, op_name = op.name.partition("::")
+    try:
+        packet = getattr(getattr(torch.ops, namespace), op_name)
+        overload = getattr(packet, op.overload or "default")
+    except (AttributeError, RuntimeError):
+        raise BadFile(program_name, f"calls operator {name}, which the host runtime does not have; "
+                                    "only portable ExecuTorch ops, quantize/dequantize and NeutronBackend "
+                                    "delegates run on the host") from None
+    op_schema = overload._schema
+    arguments = tuple(Argument(a.name, a.kwarg_only, _converter(a.type)) for a in op_schema.arguments)
+    written = [i for i, a in enumerate(op_schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    written += range(len(op_schema.arguments), len(op_schema.arguments) + len(op_schema.returns))
+    return Kernel(name, SPECIAL.get(name, overload), arguments, tuple(written))

@@ -1,0 +1,57 @@
+"""AVERAGE_POOL_2D and MAX_POOL_2D on NHWC int8 (TFLM reference_integer_ops pooling).
+
+Average: sum of the window taps inside the input divided by their count, rounded half away from zero:
+    q_out = clamp((sum + sign(sum) * (count / 2)) / count)   (C division, truncating)
+Max: the largest tap inside the input, clamped to the fused activation range. No requantization in either:
+input and output share qparams.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from imxrt.kernels.conv import Window
+
+
+@dataclass(frozen=True)
+class PoolParams:
+    window: Window
+    counts: np.ndarray  # int64[1, out_h, out_w, 1]: taps inside the input per output position
+    act_min: int
+    act_max: int
+
+
+def prepare_pool(window: Window, input_hw: tuple[int, int], act_min: int, act_max: int) -> PoolParams:
+    ones = np.ones((1, input_hw[0], input_hw[1], 1), np.int64)
+    padded = window.padded(ones)
+    filter_h, filter_w = window.filter_size
+    counts = sum(window.tap(padded, filter_y, filter_x) for filter_y in range(filter_h)
+                 for filter_x in range(filter_w))
+    assert np.all(counts > 0), "a pooling window with no input tap (TFLM fails such a model)"
+    return PoolParams(window, counts, act_min, act_max)
+
+
+def average_pool(x: np.ndarray, params: PoolParams) -> np.ndarray:
+    window = params.window
+    padded = window.padded(x.astype(np.int32))
+    filter_h, filter_w = window.filter_size
+    total = sum(window.tap(padded, filter_y, filter_x) for filter_y in range(filter_h)
+                for filter_x in range(filter_w)).astype(np.int64)
+    half = params.counts // 2
+    numerator = np.where(total > 0, total + half, total - half)
+    average = np.sign(numerator) * (np.abs(numerator) // params.counts)
+    return np.clip(average, params.act_min, params.act_max).astype(np.int8)
+
+
+def max_pool(x: np.ndarray, params: PoolParams) -> np.ndarray:
+    window = params.window
+    padded = window.padded(x, value=np.iinfo(x.dtype).min)  # every window has an input tap
+    filter_h, filter_w = window.filter_size
+    result = None
+    for filter_y in range(filter_h):
+        for filter_x in range(filter_w):
+            tap = window.tap(padded, filter_y, filter_x)
+            result = tap if result is None else np.maximum(result, tap)
+    return np.clip(result, params.act_min, params.act_max).astype(x.dtype)

@@ -1,0 +1,576 @@
+"""LiteRT (.tflite) subgraph executor on the int8 kernel library: what a NeutronBackend reference payload runs.
+
+``LiteRTRunner.from_bytes(tflite)`` parses the flatbuffer once and prepares every operator (multipliers,
+shifts, lookup tables, windows, constant weights in matmul layout); ``run(inputs)`` then only evaluates.
+Numerics are TFLM's reference kernels (LiteRT's where TFLM has no int8 kernel: EXP, LOG).
+Operators map to kernels through ``PREPARERS``, one explicit table keyed by ``BuiltinOperator``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from ai_edge_litert import schema_py_generated as schema
+
+from imxrt.errors import ImxrtError
+from imxrt.kernels import activations, conv, elementwise, fully_connected, movement, pooling, reduce, softmax
+from imxrt.kernels.requantize import activation_range, prepare_requantize, quantize_multiplier, requantize
+
+Op = schema.BuiltinOperator
+_BUILTIN_NAMES = {code: name for name, code in vars(Op).items() if name.isupper()}
+_NUMPY_DTYPES = {
+    schema.TensorType.FLOAT32: np.float32,
+    schema.TensorType.INT32: np.int32,
+    schema.TensorType.INT16: np.int16,
+    schema.TensorType.INT8: np.int8,
+    schema.TensorType.UINT8: np.uint8,
+    schema.TensorType.INT64: np.int64,
+    schema.TensorType.BOOL: np.bool_,
+}
+
+# Operand positions, as the TFLite schema orders them.
+CONV_INPUT, CONV_FILTER, CONV_BIAS = 0, 1, 2
+TRANSPOSE_CONV_OUTPUT_SHAPE, TRANSPOSE_CONV_FILTER, TRANSPOSE_CONV_INPUT, TRANSPOSE_CONV_BIAS = 0, 1, 2, 3
+FC_INPUT, FC_WEIGHTS, FC_BIAS = 0, 1, 2
+BINARY_LHS, BINARY_RHS = 0, 1
+UNARY_INPUT = 0
+REDUCE_INPUT, REDUCE_AXES = 0, 1
+PAD_INPUT, PAD_PADDINGS, PAD_VALUE = 0, 1, 2
+TRANSPOSE_INPUT, TRANSPOSE_PERM = 0, 1
+SLICE_INPUT, SLICE_BEGIN, SLICE_SIZE = 0, 1, 2
+STRIDED_SLICE_INPUT, STRIDED_SLICE_BEGIN, STRIDED_SLICE_END, STRIDED_SLICE_STRIDES = 0, 1, 2, 3
+SPLIT_AXIS, SPLIT_INPUT = 0, 1
+SPLIT_V_INPUT, SPLIT_V_SIZES, SPLIT_V_AXIS = 0, 1, 2
+RESIZE_INPUT, RESIZE_SIZE = 0, 1
+PRELU_INPUT, PRELU_ALPHA = 0, 1
+OUTPUT = 0
+
+# NHWC / OHWI dimension positions
+HEIGHT, WIDTH, CHANNELS = 1, 2, 3
+DEPTHWISE_CHANNELS = 3  # depthwise filters are [1, kh, kw, C_out]
+
+
+class UnsupportedOperator(ImxrtError):
+    """The LiteRT subgraph holds an operator (or an operand type) the host executor does not implement."""
+
+    def __init__(self, op: str, index: int, problem: str = "is not implemented by the host LiteRT executor"):
+        super().__init__(f"LiteRT operator {index} ({op}) {problem}; run this partition on the board or "
+                         "report the missing kernel")
+        self.op, self.index = op, index
+
+
+class BadSubgraphInput(ImxrtError):
+    """An input array does not match the subgraph's input (count, shape or dtype)."""
+
+    def __init__(self, name: str, problem: str):
+        super().__init__(f"LiteRT subgraph input {name}: {problem}")
+        self.name = name
+
+
+class BadTflite(ImxrtError):
+    """The bytes are not a LiteRT flatbuffer with one subgraph."""
+
+    def __init__(self, problem: str):
+        super().__init__(f"LiteRT subgraph: {problem}")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    scale: float  # 0.0 when the tensor is not quantized
+    zero_point: int
+
+
+Evaluate = Callable[[list], list]  # operand arrays in operator order (None for an omitted operand) -> outputs
+
+
+@dataclass(frozen=True)
+class Step:
+    op: str
+    evaluate: Evaluate
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+
+class _Operator:
+    """One operator seen through its subgraph: operand shapes, qparams, constant data and options."""
+
+    def __init__(self, model: schema.ModelT, graph: schema.SubGraphT, op: schema.OperatorT, name: str, index: int):
+        self.model, self.graph, self.op, self.name, self.index = model, graph, op, name, index
+        self.inputs = [int(i) for i in (op.inputs if op.inputs is not None else [])]
+        self.outputs = [int(i) for i in (op.outputs if op.outputs is not None else [])]
+        self.options = op.builtinOptions
+
+    def tensor(self, operand: int, output: bool = False) -> schema.TensorT:
+        return self.graph.tensors[(self.outputs if output else self.inputs)[operand]]
+
+    def has_input(self, operand: int) -> bool:
+        return operand < len(self.inputs) and self.inputs[operand] >= 0
+
+    def shape(self, operand: int, output: bool = False) -> tuple[int, ...]:
+        return _shape(self.tensor(operand, output))
+
+    def scale(self, operand: int, output: bool = False) -> float:
+        return _qparams(self.tensor(operand, output))[0]
+
+    def zero_point(self, operand: int, output: bool = False) -> int:
+        return _qparams(self.tensor(operand, output))[1]
+
+    def scales(self, operand: int) -> np.ndarray:
+        """Per-channel (or one) scales as float64 values of the stored float32."""
+        q = self.tensor(operand).quantization
+        return np.asarray(q.scale, dtype=np.float32).astype(np.float64)
+
+    def constant(self, operand: int) -> np.ndarray:
+        data = _constant(self.model, self.tensor(operand))
+        if data is None:
+            raise self.unsupported(f"needs operand {operand} to be a constant")
+        return data
+
+    def fused(self) -> tuple[int, int]:
+        """The output's int8 range after the op's fused activation."""
+        fused = getattr(self.options, "fusedActivationFunction", 0) or 0
+        try:
+            return activation_range(fused, self.scale(OUTPUT, True), self.zero_point(OUTPUT, True))
+        except ValueError as e:
+            raise self.unsupported(f"has fused activation {fused}, which int8 kernels do not take") from e
+
+    def require_int8(self, *operands: int) -> None:
+        for operand in operands:
+            if self.tensor(operand).type != schema.TensorType.INT8:
+                raise self.unsupported(f"operand {operand} is {_type_name(self.tensor(operand).type)}, not int8")
+        if self.tensor(OUTPUT, True).type != schema.TensorType.INT8:
+            raise self.unsupported(f"output is {_type_name(self.tensor(OUTPUT, True).type)}, not int8")
+
+    def unsupported(self, problem: str) -> UnsupportedOperator:
+        return UnsupportedOperator(self.name, self.index, problem)
+
+
+def _type_name(tensor_type: int) -> str:
+    return {v: k for k, v in vars(schema.TensorType).items() if k.isupper()}.get(tensor_type, str(tensor_type))
+
+
+def _shape(tensor: schema.TensorT) -> tuple[int, ...]:
+    return tuple(int(d) for d in (tensor.shape if tensor.shape is not None else ()))
+
+
+def _qparams(tensor: schema.TensorT) -> tuple[float, int]:
+    q = tensor.quantization
+    if q is None or q.scale is None or len(q.scale) == 0:
+        return 0.0, 0
+    zero_point = int(q.zeroPoint[0]) if q.zeroPoint is not None and len(q.zeroPoint) else 0
+    return float(np.float32(q.scale[0])), zero_point
+
+
+def _constant(model: schema.ModelT, tensor: schema.TensorT) -> np.ndarray | None:
+    buffer = model.buffers[tensor.buffer] if tensor.buffer else None
+    if buffer is None or buffer.data is None or len(buffer.data) == 0:
+        return None
+    dtype = _NUMPY_DTYPES[tensor.type]
+    data = np.frombuffer(np.asarray(buffer.data, dtype=np.uint8).tobytes(), dtype=dtype).reshape(_shape(tensor))
+    data.setflags(write=False)
+    return data
+
+
+def _spec(tensor: schema.TensorT) -> TensorSpec:
+    name = tensor.name.decode() if isinstance(tensor.name, bytes) else str(tensor.name)
+    scale, zero_point = _qparams(tensor)
+    return TensorSpec(name, _shape(tensor), np.dtype(_NUMPY_DTYPES[tensor.type]), scale, zero_point)
+
+
+def _requantize_multipliers(op: _Operator, input_operand: int, weight_operand: int, channels: int):
+    """Per-channel M[c] = s_in * s_w[c] / s_out in double (TFLM PopulateConvolutionQuantizationParams)."""
+    weight_scales = op.scales(weight_operand)
+    if len(weight_scales) == 1:
+        weight_scales = np.repeat(weight_scales, channels)
+    real = np.float64(op.scale(input_operand)) * weight_scales / np.float64(op.scale(OUTPUT, True))
+    return quantize_multiplier(real)
+
+
+def _optional_bias(op: _Operator, operand: int) -> np.ndarray | None:
+    return op.constant(operand) if op.has_input(operand) else None
+
+
+# ---- convolution and matmul ----
+
+def _prepare_conv2d(op: _Operator) -> Evaluate:
+    op.require_int8(CONV_INPUT, CONV_FILTER)
+    options = op.options
+    filters = op.constant(CONV_FILTER)  # OHWI
+    input_shape = op.shape(CONV_INPUT)
+    if input_shape[CHANNELS] != filters.shape[3]:
+        raise op.unsupported(f"is a grouped convolution ({input_shape[CHANNELS]} input channels, filters take "
+                             f"{filters.shape[3]})")
+    window = conv.make_window(input_shape[HEIGHT:CHANNELS], filters.shape[1:3], (options.strideH, options.strideW),
+                              (options.dilationHFactor, options.dilationWFactor),
+                              options.padding == schema.Padding.SAME)
+    multipliers, shifts = _requantize_multipliers(op, CONV_INPUT, CONV_FILTER, filters.shape[0])
+    params = conv.prepare_conv(filters, _optional_bias(op, CONV_BIAS), window, op.zero_point(CONV_INPUT),
+                               multipliers, shifts, op.zero_point(OUTPUT, True), *op.fused())
+    return lambda args: [conv.conv2d(args[CONV_INPUT], params)]
+
+
+def _prepare_depthwise_conv2d(op: _Operator) -> Evaluate:
+    op.require_int8(CONV_INPUT, CONV_FILTER)
+    options = op.options
+    filters = op.constant(CONV_FILTER)  # [1, kh, kw, C_out]
+    input_shape = op.shape(CONV_INPUT)
+    out_channels = filters.shape[DEPTHWISE_CHANNELS]
+    depth_multiplier = out_channels // input_shape[CHANNELS]
+    window = conv.make_window(input_shape[HEIGHT:CHANNELS], filters.shape[1:3], (options.strideH, options.strideW),
+                              (options.dilationHFactor, options.dilationWFactor),
+                              options.padding == schema.Padding.SAME)
+    multipliers, shifts = _requantize_multipliers(op, CONV_INPUT, CONV_FILTER, out_channels)
+    bias = _optional_bias(op, CONV_BIAS)
+    params = conv.DepthwiseParams(
+        window, depth_multiplier, filters[0].astype(np.int32),
+        np.zeros(out_channels, np.int64) if bias is None else bias.astype(np.int64), op.zero_point(CONV_INPUT),
+        multipliers, shifts, op.zero_point(OUTPUT, True), *op.fused())
+    return lambda args: [conv.depthwise_conv2d(args[CONV_INPUT], params)]
+
+
+def _prepare_transpose_conv(op: _Operator) -> Evaluate:
+    op.require_int8(TRANSPOSE_CONV_INPUT, TRANSPOSE_CONV_FILTER)
+    options = op.options
+    filters = op.constant(TRANSPOSE_CONV_FILTER)  # [C_out, kh, kw, C_in]
+    multipliers, shifts = _requantize_multipliers(op, TRANSPOSE_CONV_INPUT, TRANSPOSE_CONV_FILTER, filters.shape[0])
+    params = conv.prepare_transpose_conv(
+        filters, _optional_bias(op, TRANSPOSE_CONV_BIAS), (options.strideH, options.strideW),
+        options.padding == schema.Padding.SAME, op.shape(OUTPUT, True), op.zero_point(TRANSPOSE_CONV_INPUT),
+        multipliers, shifts, op.zero_point(OUTPUT, True), *op.fused())
+    return lambda args: [conv.transpose_conv2d(args[TRANSPOSE_CONV_INPUT], params)]
+
+
+def _prepare_fully_connected(op: _Operator) -> Evaluate:
+    op.require_int8(FC_INPUT, FC_WEIGHTS)
+    weights = op.constant(FC_WEIGHTS)  # [out, in]
+    weight_scales = op.scales(FC_WEIGHTS)
+    if len(weight_scales) > 1:
+        multipliers, shifts = _requantize_multipliers(op, FC_INPUT, FC_WEIGHTS, weights.shape[0])
+    else:
+        # GetQuantizedConvolutionMultipler: the scale product is taken in float32, then divided in double.
+        product = np.float32(op.scale(FC_INPUT)) * np.float32(weight_scales[0])
+        multipliers, shifts = quantize_multiplier(float(product) / float(op.scale(OUTPUT, True)))
+    params = fully_connected.prepare_fully_connected(
+        weights, _optional_bias(op, FC_BIAS), op.zero_point(FC_INPUT), multipliers, shifts,
+        op.zero_point(OUTPUT, True), *op.fused(), op.shape(OUTPUT, True))
+    return lambda args: [fully_connected.fully_connected(args[FC_INPUT], params)]
+
+
+def _prepare_batch_matmul(op: _Operator) -> Evaluate:
+    op.require_int8(BINARY_LHS, BINARY_RHS)
+    options = op.options
+    adjoint_lhs = bool(options.adjX) if options is not None else False
+    adjoint_rhs = bool(options.adjY) if options is not None else False
+    lhs_shape = op.shape(BINARY_LHS)
+    depth = lhs_shape[-2] if adjoint_lhs else lhs_shape[-1]
+    real = np.float64(op.scale(BINARY_LHS)) * np.float64(op.scale(BINARY_RHS)) / np.float64(op.scale(OUTPUT, True))
+    multiplier, shift = (int(v[0]) for v in quantize_multiplier(real))
+    params = fully_connected.prepare_batch_matmul(depth, op.zero_point(BINARY_LHS), op.zero_point(BINARY_RHS),
+                                                  adjoint_lhs, adjoint_rhs, multiplier, shift,
+                                                  op.zero_point(OUTPUT, True))
+    output_shape = op.shape(OUTPUT, True)
+    return lambda args: [fully_connected.batch_matmul(args[BINARY_LHS], args[BINARY_RHS], params)
+                         .reshape(output_shape)]
+
+
+# ---- elementwise ----
+
+def _prepare_add_or_sub(op: _Operator, subtract: bool) -> Evaluate:
+    op.require_int8(BINARY_LHS, BINARY_RHS)
+    params = elementwise.prepare_add(op.scale(BINARY_LHS), op.zero_point(BINARY_LHS), op.scale(BINARY_RHS),
+                                     op.zero_point(BINARY_RHS), op.scale(OUTPUT, True), op.zero_point(OUTPUT, True),
+                                     *op.fused(), subtract=subtract)
+    return lambda args: [elementwise.add(args[BINARY_LHS], args[BINARY_RHS], params)]
+
+
+def _prepare_mul(op: _Operator) -> Evaluate:
+    op.require_int8(BINARY_LHS, BINARY_RHS)
+    params = elementwise.prepare_mul(op.scale(BINARY_LHS), op.zero_point(BINARY_LHS), op.scale(BINARY_RHS),
+                                     op.zero_point(BINARY_RHS), op.scale(OUTPUT, True), op.zero_point(OUTPUT, True),
+                                     *op.fused())
+    return lambda args: [elementwise.mul(args[BINARY_LHS], args[BINARY_RHS], params)]
+
+
+def _prepare_raw_binary(kernel) -> Callable[[_Operator], Evaluate]:
+    def prepare(op: _Operator) -> Evaluate:
+        return lambda args: [kernel(args[BINARY_LHS], args[BINARY_RHS])]
+    return prepare
+
+
+def _prepare_prelu(op: _Operator) -> Evaluate:
+    op.require_int8(PRELU_INPUT, PRELU_ALPHA)
+    params = elementwise.prepare_prelu(op.scale(PRELU_INPUT), op.zero_point(PRELU_INPUT), op.scale(PRELU_ALPHA),
+                                       op.zero_point(PRELU_ALPHA), op.scale(OUTPUT, True), op.zero_point(OUTPUT, True))
+    return lambda args: [elementwise.prelu(args[PRELU_INPUT], args[PRELU_ALPHA], params)]
+
+
+def _lut_op(build: Callable[[_Operator], activations.Lut]) -> Callable[[_Operator], Evaluate]:
+    """A unary int8 op evaluated through the 256-entry table ``build`` prepares."""
+    def prepare(op: _Operator) -> Evaluate:
+        op.require_int8(UNARY_INPUT)
+        params = build(op)
+        return lambda args: [activations.apply_lut(args[UNARY_INPUT], params)]
+    return prepare
+
+
+def _in_out(op: _Operator) -> tuple[float, int, float, int]:
+    return op.scale(UNARY_INPUT), op.zero_point(UNARY_INPUT), op.scale(OUTPUT, True), op.zero_point(OUTPUT, True)
+
+
+def _prepare_quantize(op: _Operator) -> Evaluate:
+    op.require_int8(UNARY_INPUT)
+    params = prepare_requantize(*_in_out(op))
+    return lambda args: [requantize(args[UNARY_INPUT], params)]
+
+
+# ---- pooling and reductions ----
+
+def _prepare_pool(kernel) -> Callable[[_Operator], Evaluate]:
+    def prepare(op: _Operator) -> Evaluate:
+        op.require_int8(UNARY_INPUT)
+        options = op.options
+        input_shape = op.shape(UNARY_INPUT)
+        window = conv.make_window(input_shape[HEIGHT:CHANNELS], (options.filterHeight, options.filterWidth),
+                                  (options.strideH, options.strideW), (1, 1), options.padding == schema.Padding.SAME)
+        params = pooling.prepare_pool(window, input_shape[HEIGHT:CHANNELS], *op.fused())
+        return lambda args: [kernel(args[UNARY_INPUT], params)]
+    return prepare
+
+
+def _prepare_reduce(kernel, mean: bool = False) -> Callable[[_Operator], Evaluate]:
+    def prepare(op: _Operator) -> Evaluate:
+        op.require_int8(REDUCE_INPUT)
+        input_shape = op.shape(REDUCE_INPUT)
+        keep_dims = bool(op.options.keepDims) if op.options is not None else False
+        params = reduce.prepare_reduce(op.constant(REDUCE_AXES), len(input_shape), input_shape, keep_dims,
+                                       op.scale(REDUCE_INPUT), op.zero_point(REDUCE_INPUT), op.scale(OUTPUT, True),
+                                       op.zero_point(OUTPUT, True), mean)
+        output_shape = op.shape(OUTPUT, True)
+        return lambda args: [kernel(args[REDUCE_INPUT], params).reshape(output_shape)]
+    return prepare
+
+
+def _prepare_softmax(op: _Operator) -> Evaluate:
+    op.require_int8(UNARY_INPUT)
+    if op.zero_point(OUTPUT, True) != -128 or np.float32(op.scale(OUTPUT, True)) != np.float32(1 / 256):
+        raise op.unsupported("has int8 output qparams other than scale 1/256, zero point -128")
+    beta = op.options.beta if op.options is not None else 1.0
+    params = softmax.prepare_softmax(op.scale(UNARY_INPUT), beta)
+    return lambda args: [softmax.softmax(args[UNARY_INPUT], params)]
+
+
+# ---- data movement ----
+
+def _prepare_pad(op: _Operator) -> Evaluate:
+    paddings = tuple((int(b), int(a)) for b, a in op.constant(PAD_PADDINGS).reshape(-1, 2))
+    if op.has_input(PAD_VALUE):
+        value = op.constant(PAD_VALUE).reshape(-1)[0]
+    else:
+        value = op.zero_point(OUTPUT, True) if op.tensor(OUTPUT, True).type == schema.TensorType.INT8 else 0
+    return lambda args: [movement.pad(args[PAD_INPUT], paddings, value)]
+
+
+def _prepare_mirror_pad(op: _Operator) -> Evaluate:
+    paddings = tuple((int(b), int(a)) for b, a in op.constant(PAD_PADDINGS).reshape(-1, 2))
+    symmetric = op.options.mode == schema.MirrorPadMode.SYMMETRIC
+    return lambda args: [movement.mirror_pad(args[PAD_INPUT], paddings, symmetric)]
+
+
+def _prepare_transpose(op: _Operator) -> Evaluate:
+    perm = tuple(int(p) for p in op.constant(TRANSPOSE_PERM))
+    return lambda args: [movement.transpose(args[TRANSPOSE_INPUT], perm)]
+
+
+def _prepare_reshape(op: _Operator) -> Evaluate:
+    shape = op.shape(OUTPUT, True)
+    return lambda args: [movement.reshape(args[UNARY_INPUT], shape)]
+
+
+def _prepare_slice(op: _Operator) -> Evaluate:
+    begin = op.constant(SLICE_BEGIN).reshape(-1)
+    size = op.constant(SLICE_SIZE).reshape(-1)
+    index = tuple(slice(int(b), None if int(s) == -1 else int(b) + int(s)) for b, s in zip(begin, size, strict=True))
+    return lambda args: [movement.slice_(args[SLICE_INPUT], index)]
+
+
+def _prepare_strided_slice(op: _Operator) -> Evaluate:
+    options = op.options
+    if options.ellipsisMask or options.newAxisMask:
+        raise op.unsupported("uses an ellipsis or new-axis mask")
+    index, shrink = movement.strided_slice_index(
+        op.shape(STRIDED_SLICE_INPUT), op.constant(STRIDED_SLICE_BEGIN), op.constant(STRIDED_SLICE_END),
+        op.constant(STRIDED_SLICE_STRIDES), options.beginMask, options.endMask, options.shrinkAxisMask,
+        bool(getattr(options, "offset", False)))
+    return lambda args: [movement.strided_slice(args[STRIDED_SLICE_INPUT], index, shrink)]
+
+
+def _prepare_concatenation(op: _Operator) -> Evaluate:
+    axis = op.options.axis % len(op.shape(OUTPUT, True))
+    return lambda args: [movement.concatenation(args, axis)]
+
+
+def _prepare_split(op: _Operator) -> Evaluate:
+    rank = len(op.shape(SPLIT_INPUT))
+    axis = int(op.constant(SPLIT_AXIS).reshape(-1)[0]) % rank
+    sizes = tuple(op.shape(i, True)[axis] for i in range(len(op.outputs)))
+    return lambda args: movement.split(args[SPLIT_INPUT], sizes, axis)
+
+
+def _prepare_split_v(op: _Operator) -> Evaluate:
+    rank = len(op.shape(SPLIT_V_INPUT))
+    axis = int(op.constant(SPLIT_V_AXIS).reshape(-1)[0]) % rank
+    sizes = tuple(op.shape(i, True)[axis] for i in range(len(op.outputs)))
+    return lambda args: movement.split(args[SPLIT_V_INPUT], sizes, axis)
+
+
+def _resize_sizes(op: _Operator) -> tuple[tuple[int, int], tuple[int, int], bool, bool]:
+    input_shape, output_shape = op.shape(RESIZE_INPUT), op.shape(OUTPUT, True)
+    options = op.options
+    return (input_shape[HEIGHT:CHANNELS], output_shape[HEIGHT:CHANNELS], bool(options.alignCorners),
+            bool(options.halfPixelCenters))
+
+
+def _prepare_resize_nearest(op: _Operator) -> Evaluate:
+    (in_h, in_w), (out_h, out_w), align_corners, half_pixel = _resize_sizes(op)
+    rows = movement.nearest_indices(in_h, out_h, align_corners, half_pixel)
+    cols = movement.nearest_indices(in_w, out_w, align_corners, half_pixel)
+    return lambda args: [movement.resize_nearest(args[RESIZE_INPUT], rows, cols)]
+
+
+def _prepare_resize_bilinear(op: _Operator) -> Evaluate:
+    op.require_int8(RESIZE_INPUT)
+    (in_h, in_w), (out_h, out_w), align_corners, half_pixel = _resize_sizes(op)
+    rows = movement.bilinear_axis(in_h, out_h, align_corners, half_pixel)
+    cols = movement.bilinear_axis(in_w, out_w, align_corners, half_pixel)
+    return lambda args: [movement.resize_bilinear(args[RESIZE_INPUT], rows, cols)]
+
+
+def _register(entries) -> dict[int, Callable[[_Operator], Evaluate]]:
+    table: dict[int, Callable[[_Operator], Evaluate]] = {}
+    for builtin, prepare in entries:
+        if builtin in table:
+            raise ValueError(f"two preparers for {_BUILTIN_NAMES[builtin]}")
+        table[builtin] = prepare
+    return table
+
+
+# The operator table: every LiteRT op the lowering can emit, each with the function that prepares it.
+PREPARERS = _register([
+    (Op.CONV_2D, _prepare_conv2d),
+    (Op.DEPTHWISE_CONV_2D, _prepare_depthwise_conv2d),
+    (Op.TRANSPOSE_CONV, _prepare_transpose_conv),
+    (Op.FULLY_CONNECTED, _prepare_fully_connected),
+    (Op.BATCH_MATMUL, _prepare_batch_matmul),
+    (Op.ADD, lambda op: _prepare_add_or_sub(op, subtract=False)),
+    (Op.SUB, lambda op: _prepare_add_or_sub(op, subtract=True)),
+    (Op.MUL, _prepare_mul),
+    (Op.MAXIMUM, _prepare_raw_binary(elementwise.maximum)),
+    (Op.MINIMUM, _prepare_raw_binary(elementwise.minimum)),
+    (Op.PRELU, _prepare_prelu),
+    (Op.AVERAGE_POOL_2D, _prepare_pool(pooling.average_pool)),
+    (Op.MAX_POOL_2D, _prepare_pool(pooling.max_pool)),
+    (Op.MEAN, _prepare_reduce(reduce.mean_or_sum, mean=True)),
+    (Op.SUM, _prepare_reduce(reduce.mean_or_sum)),
+    (Op.REDUCE_MAX, _prepare_reduce(reduce.reduce_max)),
+    (Op.REDUCE_MIN, _prepare_reduce(reduce.reduce_min)),
+    (Op.SOFTMAX, _prepare_softmax),
+    (Op.QUANTIZE, _prepare_quantize),
+    (Op.RELU, _lut_op(lambda op: activations.relu_lut(*_in_out(op)))),
+    (Op.RELU6, _lut_op(lambda op: activations.relu6_lut(op.scale(UNARY_INPUT), op.zero_point(UNARY_INPUT)))),
+    (Op.RELU_N1_TO_1, _lut_op(lambda op: activations.relu_lut(*_in_out(op), low=-1.0, high=1.0))),
+    (Op.RELU_0_TO_1, _lut_op(lambda op: activations.relu_lut(*_in_out(op), low=0.0, high=1.0))),
+    (Op.LEAKY_RELU, _lut_op(lambda op: activations.leaky_relu_lut(*_in_out(op), op.options.alpha))),
+    (Op.LOGISTIC, _lut_op(lambda op: activations.logistic_lut(op.scale(UNARY_INPUT), op.zero_point(UNARY_INPUT)))),
+    (Op.TANH, _lut_op(lambda op: activations.tanh_lut(op.scale(UNARY_INPUT), op.zero_point(UNARY_INPUT)))),
+    (Op.HARD_SWISH, _lut_op(lambda op: activations.hard_swish_lut(*_in_out(op)))),
+    (Op.ABS, _lut_op(lambda op: activations.abs_lut(*_in_out(op)))),
+    (Op.RSQRT, _lut_op(lambda op: activations.rsqrt_lut(*_in_out(op)))),
+    (Op.EXP, _lut_op(lambda op: activations.exp_lut(*_in_out(op)))),
+    (Op.LOG, _lut_op(lambda op: activations.log_lut(*_in_out(op)))),
+    (Op.PAD, _prepare_pad),
+    (Op.PADV2, _prepare_pad),
+    (Op.MIRROR_PAD, _prepare_mirror_pad),
+    (Op.TRANSPOSE, _prepare_transpose),
+    (Op.RESHAPE, _prepare_reshape),
+    (Op.SLICE, _prepare_slice),
+    (Op.STRIDED_SLICE, _prepare_strided_slice),
+    (Op.CONCATENATION, _prepare_concatenation),
+    (Op.SPLIT, _prepare_split),
+    (Op.SPLIT_V, _prepare_split_v),
+    (Op.RESIZE_NEAREST_NEIGHBOR, _prepare_resize_nearest),
+    (Op.RESIZE_BILINEAR, _prepare_resize_bilinear),
+])
+
+
+class LiteRTRunner:
+    """A prepared LiteRT subgraph: ``inputs`` / ``outputs`` describe its I/O tensors in the .tflite's own
+    shapes and layout; ``run`` evaluates it."""
+
+    def __init__(self, steps: list[Step], tensor_count: int, constants: dict[int, np.ndarray],
+                 input_indices: list[int], output_indices: list[int], inputs: list[TensorSpec],
+                 outputs: list[TensorSpec]):
+        self.steps = steps
+        self.inputs, self.outputs = inputs, outputs
+        self._tensor_count = tensor_count
+        self._constants = constants
+        self._input_indices, self._output_indices = input_indices, output_indices
+
+    @classmethod
+    def from_bytes(cls, tflite: bytes) -> LiteRTRunner:
+        try:
+            model = schema.ModelT.InitFromPackedBuf(bytearray(tflite), 0)
+        except Exception as e:  # the flatbuffer reader fails in many ways on foreign bytes
+            raise BadTflite(f"cannot parse the flatbuffer ({type(e).__name__}: {e})") from e
+        if not model.subgraphs or len(model.subgraphs) != 1:
+            raise BadTflite(f"expected one subgraph, found {len(model.subgraphs or [])}")
+        graph = model.subgraphs[0]
+        constants = {}
+        for index, tensor in enumerate(graph.tensors or []):
+            data = _constant(model, tensor)
+            if data is not None:
+                constants[index] = data
+        steps = []
+        for index, op in enumerate(graph.operators or []):
+            code = model.operatorCodes[op.opcodeIndex]
+            builtin = max(code.builtinCode, code.deprecatedBuiltinCode)  # codes past 127 live in builtinCode
+            name = _BUILTIN_NAMES.get(builtin, str(builtin))
+            if builtin == Op.CUSTOM:
+                name = bytes(code.customCode).decode() if code.customCode else "CUSTOM"
+            prepare = PREPARERS.get(builtin)
+            if prepare is None:
+                raise UnsupportedOperator(name, index)
+            view = _Operator(model, graph, op, name, index)
+            steps.append(Step(name, prepare(view), tuple(view.inputs), tuple(view.outputs)))
+        input_indices = [int(i) for i in graph.inputs]
+        output_indices = [int(i) for i in graph.outputs]
+        return cls(steps, len(graph.tensors), constants, input_indices, output_indices,
+                   [_spec(graph.tensors[i]) for i in input_indices], [_spec(graph.tensors[i]) for i in output_indices])
+
+    def _check(self, inputs: Sequence[np.ndarray]) -> None:
+        if len(inputs) != len(self.inputs):
+            names = ", ".join(spec.name for spec in self.inputs)
+            raise BadSubgraphInput(names or "(none)", f"expected {len(self.inputs)} arrays, got {len(inputs)}")
+        for array, spec in zip(inputs, self.inputs, strict=True):
+            if not isinstance(array, np.ndarray):
+                raise BadSubgraphInput(spec.name, f"expected a numpy array, got {type(array).__name__}")
+            if tuple(array.shape) != spec.shape or array.dtype != spec.dtype:
+                raise BadSubgraphInput(spec.name, f"expected {spec.shape} {spec.dtype}, got "
+                                                  f"{tuple(array.shape)} {array.dtype}")
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        self._check(inputs)
+        values: list = [None] * self._tensor_count
+        for index, data in self._constants.items():
+            values[index] = data
+        for index, array in zip(self._input_indices, inputs, strict=True):
+            values[index] = array
+        for step in self.steps:
+            results = step.evaluate([values[i] if i >= 0 else None for i in step.inputs])
+            for index, result in zip(step.outputs, results, strict=True):
+                values[index] = result
+        return [np.ascontiguousarray(values[i]) for i in self._output_indices]

@@ -1,0 +1,126 @@
+"""The host runtime on programs plain ExecuTorch lowered (no delegate) equals ExecuTorch's own runtime.
+
+Oracle: ExecuTorch's pybind runtime (`portable_lib`) on the same `.pte` bytes and inputs. Ours runs the
+portable ops through torch's out-variants and quantize/dequantize through ExecuTorch's own quantized
+kernels, so int8 programs and float programs of exact ops (data movement, elementwise add/mul/max,
+pools) match bit for bit. Float ops whose result depends on summation order or on a transcendental's
+implementation (convolution, mm/addmm, softmax, sigmoid, mean) differ from ExecuTorch's
+C++ loops by a few ULP; they are checked to that tolerance, and in the int8 program they are followed
+by a quantize that absorbs the difference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from executorch.exir import to_edge
+from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+import imxrt.runtime
+
+
+class DataMovement(torch.nn.Module):
+    """Ops torch and ExecuTorch compute identically (no reordered sums, no transcendental functions)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(1, 32, generator=torch.Generator().manual_seed(0)))
+
+    def forward(self, x, y):
+        z = torch.relu(x + 2 * y)
+        z = torch.nn.functional.max_pool2d(z, 2) + torch.nn.functional.avg_pool2d(z, 2)
+        z = torch.cat([z, z.permute(0, 1, 3, 2)], dim=1)
+        flat = z.reshape(1, -1)[:, :32]
+        return flat * self.weight - 1, torch.maximum(z, -z).permute(0, 2, 3, 1)
+
+
+class ConvNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 8, 3)
+        self.depthwise = torch.nn.Conv2d(8, 8, 3, groups=8, padding=1)
+        self.linear = torch.nn.Linear(8 * 3 * 3, 5)
+
+    def forward(self, x):
+        z = torch.relu(self.conv(x))
+        z = torch.nn.functional.max_pool2d(torch.relu(self.depthwise(z)) + z, 2)
+        return self.linear(z.reshape(1, -1)).softmax(-1)
+
+
+def _inputs(seed: int, *shapes):
+    generator = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(*shape, generator=generator) for shape in shapes)
+
+
+def _float_pte(model, inputs) -> bytes:
+    return to_edge(torch.export.export(model.eval(), inputs)).to_executorch().buffer
+
+
+def _quantized_pte(model, inputs) -> bytes:
+    import executorch.kernels.quantized  # noqa: F401  (quantize/dequantize .out kernels for the oracle)
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from imxrt.quantization import ImxrtQuantizer
+
+    exported = torch.export.export(model.eval(), inputs).module(check_guards=False)
+    prepared = prepare_pt2e(exported, ImxrtQuantizer())
+    for seed in range(4):
+        prepared(*_inputs(100 + seed, *[x.shape for x in inputs]))
+    converted = convert_pt2e(prepared)
+    return to_edge(torch.export.export(converted, inputs)).to_executorch().buffer
+
+
+def _executorch(pte: bytes, inputs) -> list[np.ndarray]:
+    return [t.numpy() for t in _load_for_executorch_from_buffer(pte).forward(list(inputs))]
+
+
+CASES = {
+    "float_data_movement": lambda: (DataMovement(), ((1, 4, 6, 6), (1, 4, 6, 6)), _float_pte),
+    "int8_convnet": lambda: (ConvNet(), ((1, 3, 8, 8),), _quantized_pte),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def case(request):
+    model, shapes, build = CASES[request.param]()
+    return request.param, build(model, _inputs(0, *shapes)), shapes
+
+
+@pytest.mark.parametrize("check_plan", [False, True], ids=["plain", "check_plan"])
+def test_equals_executorch_runtime_bit_for_bit(case, check_plan):
+    name, pte, shapes = case
+    program = imxrt.runtime.load(pte, check_plan=check_plan)
+    for seed in range(3):
+        inputs = _inputs(seed, *shapes)
+        got, expected = program.forward(*inputs), _executorch(pte, inputs)
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected, strict=True):
+            assert g.shape == e.shape and g.dtype == e.dtype
+            assert np.array_equal(g, e), f"{name} seed {seed}: max |diff| {np.abs(g - e).max()}"
+
+
+def test_int8_program_runs_its_kernels_on_the_host(case):
+    """The quantized program really is the portable int8 program (not a float one in disguise)."""
+    name, pte, _ = case
+    operators = {op.name for op in imxrt.runtime.load(pte).file.plan.operators}
+    if name.startswith("int8"):
+        assert {"quantized_decomposed::quantize_per_tensor", "aten::convolution"} <= operators
+        assert not imxrt.runtime.load(pte).file.plan.delegates
+
+
+def test_float_convnet_within_a_few_ulp_of_executorch():
+    inputs = _inputs(0, (1, 3, 8, 8))
+    pte = _float_pte(ConvNet(), inputs)
+    got, expected = imxrt.runtime.load(pte).forward(*inputs), _executorch(pte, inputs)
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-5, atol=1e-6)
+
+
+def test_torch_tensors_and_numpy_arrays_give_the_same_outputs(case):
+    _, pte, shapes = case
+    program = imxrt.runtime.load(pte)
+    inputs = _inputs(7, *shapes)
+    from_torch = program.forward(*inputs)
+    from_numpy = program.forward(*[x.numpy() for x in inputs])
+    assert all(np.array_equal(a, b) for a, b in zip(from_torch, from_numpy, strict=True))

@@ -8,6 +8,8 @@ Operators map to kernels through ``PREPARERS``, one explicit table keyed by ``Bu
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -507,6 +509,23 @@ PREPARERS = _register([
 ])
 
 
+@functools.cache
+def _blas_controller():
+    """threadpoolctl's controller when installed (it comes with scikit-learn), else None."""
+    try:
+        import threadpoolctl
+    except ImportError:
+        return None
+    return threadpoolctl.ThreadpoolController()
+
+
+def _single_threaded_blas():
+    """Our matmuls are small: a multi-threaded BLAS spends more on waking threads than on the work (seen
+    100-500x slower on two-core machines), so BLAS runs single-threaded during ``run`` where we can say so."""
+    controller = _blas_controller()
+    return controller.limit(limits=1, user_api="blas") if controller is not None else contextlib.nullcontext()
+
+
 class LiteRTRunner:
     """A prepared LiteRT subgraph: ``inputs`` / ``outputs`` describe its I/O tensors in the .tflite's own
     shapes and layout; ``run`` evaluates it."""
@@ -569,8 +588,9 @@ class LiteRTRunner:
             values[index] = data
         for index, array in zip(self._input_indices, inputs, strict=True):
             values[index] = array
-        for step in self.steps:
-            results = step.evaluate([values[i] if i >= 0 else None for i in step.inputs])
-            for index, result in zip(step.outputs, results, strict=True):
-                values[index] = result
+        with _single_threaded_blas():
+            for step in self.steps:
+                results = step.evaluate([values[i] if i >= 0 else None for i in step.inputs])
+                for index, result in zip(step.outputs, results, strict=True):
+                    values[index] = result
         return [np.ascontiguousarray(values[i]) for i in self._output_indices]

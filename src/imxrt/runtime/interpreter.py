@@ -58,6 +58,8 @@ class Interpreter:
         self.instructions = [instruction.instr_args for instruction in plan.chains[0].instructions]
         self.arena = Arena(plan.non_const_buffer_sizes)
         self.values = [self._materialize(value) for value in plan.values]
+        self.layouts = {index: (tuple(value.shape), value.stride(), value.storage_offset())
+                        for index, value in enumerate(self.values) if isinstance(value, torch.Tensor)}
         self.regions = {
             index: plan_check.Region(value.val.allocation_info.memory_id,
                                      allocation_offset(value.val.allocation_info), tensor_nbytes(value.val))
@@ -140,6 +142,8 @@ class Interpreter:
                 raise RuntimeError(f"instruction {step} ({kernel.name}) failed: {e}") from e
             if kernel.stores_result:
                 values[instruction.args[-1]] = result
+            else:
+                self._restore_layouts(instruction.args, kernel.written)
         elif isinstance(instruction, schema.DelegateCall):
             self.delegates[instruction.delegate_index].run([values[index] for index in instruction.args])
         elif isinstance(instruction, schema.MoveCall):
@@ -157,6 +161,17 @@ class Interpreter:
                 region = self.regions[index]
                 self.arena.poison(region.memory_id, region.offset, region.nbytes)
         return step + 1
+
+    def _restore_layouts(self, args: Sequence[int], written: Sequence[int]) -> None:
+        """Give written tensors back their planned strides. ExecuTorch's quantized kernels (the AOT build
+        wrapped for torch) write the bytes in the device's order but leave the out tensor's metadata
+        restrided to contiguous; the bytes are right, only the view must be restored."""
+        for position in written:
+            index = args[position]
+            layout = self.layouts.get(index)
+            tensor = self.values[index]
+            if layout is not None and isinstance(tensor, torch.Tensor) and tensor.stride() != layout[1]:
+                tensor.as_strided_(*layout)
 
     def _resolve(self, value):
         if isinstance(value, ValueList):

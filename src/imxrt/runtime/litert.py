@@ -8,12 +8,12 @@ Operators map to kernels through ``PREPARERS``, one explicit table keyed by ``Bu
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import threadpoolctl
 from ai_edge_litert import schema_py_generated as schema
 
 from imxrt.errors import ImxrtError
@@ -510,20 +510,14 @@ PREPARERS = _register([
 
 
 @functools.cache
-def _blas_controller():
-    """threadpoolctl's controller when installed (it comes with scikit-learn), else None."""
-    try:
-        import threadpoolctl
-    except ImportError:
-        return None
+def _blas_controller() -> threadpoolctl.ThreadpoolController:
     return threadpoolctl.ThreadpoolController()
 
 
 def _single_threaded_blas():
     """Our matmuls are small: a multi-threaded BLAS spends more on waking threads than on the work (seen
-    100-500x slower on two-core machines), so BLAS runs single-threaded during ``run`` where we can say so."""
-    controller = _blas_controller()
-    return controller.limit(limits=1, user_api="blas") if controller is not None else contextlib.nullcontext()
+    100-500x slower on two-core machines), so BLAS runs single-threaded during ``run``."""
+    return _blas_controller().limit(limits=1, user_api="blas")
 
 
 class LiteRTRunner:

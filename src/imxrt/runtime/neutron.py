@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from imxrt.errors import BadFile
+from imxrt.errors import BadFile, ImxrtError
 from imxrt.npu import payload as reference_payload
 
 DELEGATE_ID = "NeutronBackend"
@@ -69,9 +69,18 @@ class NeutronDelegate:
 
         self.name = where
         self.program_name = program_name
-        self.inputs = [_tensor_map(entry) for entry in parsed.metadata["inputs"]]
-        self.outputs = [_tensor_map(entry) for entry in parsed.metadata["outputs"]]
-        self.runner = LiteRTRunner.from_bytes(parsed.tflite)
+        try:
+            self.inputs = [_tensor_map(entry) for entry in parsed.metadata["inputs"]]
+            self.outputs = [_tensor_map(entry) for entry in parsed.metadata["outputs"]]
+        except (KeyError, TypeError, ValueError) as e:
+            raise BadFile(program_name, f"{where}: its metadata lacks or garbles {e}; recompile the model") from None
+        try:
+            self.runner = LiteRTRunner.from_bytes(parsed.tflite)
+        except ImxrtError as e:  # a corrupted subgraph, or an op the LiteRT executor lacks: name the file too
+            raise BadFile(program_name, f"{where}: {e}") from e
+        except Exception as e:  # a subgraph that parses but points nowhere: a corrupted file
+            raise BadFile(program_name, f"{where}: its LiteRT subgraph cannot be prepared ({type(e).__name__}: "
+                                        f"{e}); the file is corrupted, recompile the model") from e
 
     def written(self, n_args: int) -> list[int]:
         """Positions among the call's arguments of the tensors this delegate writes."""

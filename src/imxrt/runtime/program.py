@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from executorch.exir import schema
-from executorch.exir._serialize._program import deserialize_pte_binary
+from executorch.exir._serialize._program import _get_extended_header, deserialize_pte_binary
 
 from imxrt.errors import BadFile
 
 # A .pte is a flatbuffer with file identifier "ET" + two digits at bytes 4..8 (ET12 in ExecuTorch 1.x).
 _IDENTIFIER_SLICE = slice(4, 8)
+_MAX_PLANNED_BYTES = 1 << 32  # far above any MCU's SRAM; a larger plan is a corrupted size field
 _FIX = "recompile the model (imxrt compile) or copy the file again"
 
 # Bytes per element of each ExecuTorch scalar type the runtime can hold in memory.
@@ -72,6 +73,12 @@ def read_program(source: bytes | bytearray | memoryview | str | os.PathLike) -> 
     if len(data) < 8 or data[_IDENTIFIER_SLICE][:2] != b"ET" or not data[_IDENTIFIER_SLICE][2:].isdigit():
         kind = " (it is a TFLite model)" if data[_IDENTIFIER_SLICE] == b"TFL3" else ""
         raise BadFile(name, f"is not an ExecuTorch .pte program{kind}: no 'ET' file identifier at byte 4")
+    header = _get_extended_header(data)
+    if header is not None:
+        expected = max(header.program_size, header.segment_base_offset + header.segment_data_size)
+        if expected > len(data):
+            raise BadFile(name, f"is truncated: its header says {expected:,} bytes, the file has {len(data):,}; "
+                                f"{_FIX}")
     try:
         pte = deserialize_pte_binary(data)
     except Exception as e:  # the flatbuffer reader fails in many ways (IndexError, struct.error, ...)
@@ -83,6 +90,9 @@ def read_program(source: bytes | bytearray | memoryview | str | os.PathLike) -> 
     plan = program.execution_plan[0]
     constants = [bytes(buffer.storage) for buffer in program.constant_buffer]
     delegates = [bytes(blob.data) for blob in program.backend_delegate_data]
+    if sum(plan.non_const_buffer_sizes) > _MAX_PLANNED_BYTES:
+        raise BadFile(name, f"plans {sum(plan.non_const_buffer_sizes):,} bytes of memory, which no program for "
+                            f"a microcontroller needs: the file is corrupted; {_FIX}")
     checked = ProgramFile(name, plan, constants, delegates)
     _check_plan(checked)
     return checked

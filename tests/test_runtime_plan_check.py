@@ -1,0 +1,91 @@
+"""Plan checking: poisoning dead tensors catches an overlapping memory plan that runs silently right.
+
+The broken plan: ExecuTorch's own plan for `relu(x + 1) * 2`, with relu's output moved onto relu's
+input (its bytes are live while relu reads them). An elementwise op overlapping its own input happens to
+compute the right values, so without checking the broken plan's outputs equal the correct plan's. With
+checking, relu's input dies after relu and is poisoned, which poisons relu's output too: the outputs
+change. On the correct plan, checking changes nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from executorch.exir import schema, to_edge
+from executorch.exir._serialize._program import PTEFile, deserialize_pte_binary, serialize_pte_binary
+
+import imxrt.runtime
+from imxrt.runtime.plan_check import Access, Region, poison_schedule
+
+
+class AddReluMul(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x + 1) * 2
+
+
+INPUTS = (torch.randn(1, 4, 8, 8, generator=torch.Generator().manual_seed(0)),)
+
+
+@pytest.fixture(scope="module")
+def correct() -> bytes:
+    return to_edge(torch.export.export(AddReluMul(), INPUTS)).to_executorch().buffer
+
+
+def _relu_in_place(pte: bytes) -> bytes:
+    program = deserialize_pte_binary(pte).program
+    plan = program.execution_plan[0]
+    relu = next(i for i, op in enumerate(plan.operators) if op.name == "aten::relu")
+    call = next(ins.instr_args for ins in plan.chains[0].instructions
+                if isinstance(ins.instr_args, schema.KernelCall) and ins.instr_args.op_index == relu)
+    source, out = call.args[0], call.args[1]
+    assert plan.values[source].val.allocation_info != plan.values[out].val.allocation_info
+    plan.values[out].val.allocation_info = copy.deepcopy(plan.values[source].val.allocation_info)
+    return bytes(serialize_pte_binary(PTEFile(program=program, mutable_data=None, named_data=None)))
+
+
+def _run(pte: bytes, check_plan: bool) -> np.ndarray:
+    return imxrt.runtime.load(pte, check_plan=check_plan).forward(*INPUTS)[0]
+
+
+def test_correct_plan_unchanged_by_poisoning(correct):
+    expected = (torch.relu(INPUTS[0] + 1) * 2).numpy()
+    assert np.array_equal(_run(correct, False), expected)
+    assert np.array_equal(_run(correct, True), expected)
+
+
+def test_broken_plan_is_silently_right_without_checking(correct):
+    """The premise: without poisoning, the overlap goes unnoticed."""
+    assert np.array_equal(_run(_relu_in_place(correct), False), _run(correct, False))
+
+
+def test_broken_plan_gives_wrong_outputs_with_checking(correct):
+    broken = _run(_relu_in_place(correct), True)
+    assert not np.array_equal(broken, _run(correct, False))
+
+
+def test_a_view_keeps_its_base_alive():
+    """A planned tensor no instruction writes (a static reshape) aliases the latest earlier writer of its
+    bytes: the base is poisoned only after the view's last reader, and the view itself never."""
+    regions = {0: Region(1, 0, 64), 1: Region(1, 64, 64), 2: Region(1, 64, 64), 3: Region(1, 0, 64),
+               4: Region(1, 128, 64)}
+    accesses = [
+        Access(reads=frozenset({0, 1}), writes=frozenset({1})),  # 1 = f(0)
+        Access(reads=frozenset({2, 3}), writes=frozenset({3})),  # 3 = g(2), 2 is a view of 1
+        Access(reads=frozenset({1, 3, 4}), writes=frozenset({4})),  # 4 = h(1, 3)
+    ]
+    schedule = poison_schedule(regions, accesses, inputs=[0], outputs=[4])
+    assert schedule == [[0], [], [1, 3]]
+
+
+def test_outputs_and_loop_bodies_stay_alive():
+    regions = {0: Region(1, 0, 16), 1: Region(1, 16, 16), 2: Region(1, 32, 16)}
+    accesses = [
+        Access(reads=frozenset({0}), writes=frozenset({1})),
+        Access(reads=frozenset({1}), writes=frozenset({2})),
+        Access(reads=frozenset({2}), writes=frozenset(), jump_to=0),  # loops back over steps 0..2
+        Access(reads=frozenset(), writes=frozenset()),
+    ]
+    assert poison_schedule(regions, accesses, inputs=[0], outputs=[2]) == [[], [], [0, 1], []]

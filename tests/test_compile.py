@@ -8,6 +8,7 @@ from pathlib import Path
 import oracles
 import pytest
 import torch
+from compiled_examples import compiled_example
 from reference_outputs import max_step_difference, tflm_and_reference
 
 from imxrt.npu import payload
@@ -26,18 +27,8 @@ MODELS = {
     "channels_last.py": 0,  # channels_last I/O passes through
 }
 
-_compiled: dict[str, object] = {}
-
-
 def compiled(name: str):
-    """Compile each example once per test run (several tests read the same result)."""
-    if name not in _compiled:
-        source = load_source(str(EXAMPLES / name))
-        calibration = list(source.calibration) if source.calibration is not None else None
-        result = compile(source.model, source.example_inputs, "imxrt700", calibration,
-                         CompileOptions(show_progress=False))
-        _compiled[name] = (source, calibration, result)
-    return _compiled[name]
+    return compiled_example(name.removesuffix(".py"))
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

@@ -3,27 +3,18 @@ random int8 inputs (the MLPerf Tiny models, the MobileNetV2 examples)."""
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
 import pytest
-from litert_harness import lower_single, quantize_and_capture
+from compiled_examples import NAMES, compiled_example
 from test_kernels_ops import assert_bit_exact
 
-from imxrt.source import load_source
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-MODELS = ["ds_cnn", "mobilenet_v1", "resnet8", "autoencoder", "mobilenet_v2", "channels_last"]
+MODELS = list(NAMES)
 RANDOM_INPUTS = 5
 
 
-@functools.cache
 def partition(name: str) -> bytes:
-    """The example's one NPU partition as the pipeline lowers it (calibrated on its example inputs only:
-    the kernels are under test here, not the quantization)."""
-    source = load_source(str(EXAMPLES / f"{name}.py"))
-    quantized = quantize_and_capture(source.model, source.example_inputs, [source.example_inputs])
-    return lower_single(quantized).tflite
+    """The example's one NPU partition, as `imxrt compile` makes it (compiled once per test run)."""
+    (tflite,) = compiled_example(name)[2].partitions
+    return tflite
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -150,5 +150,6 @@ def resolve(op: schema.Operator, program_name: str) -> Kernel:
     op_schema = overload._schema
     arguments = tuple(Argument(a.name, a.kwarg_only, _converter(a.type)) for a in op_schema.arguments)
     written = [i for i, a in enumerate(op_schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
-    written += range(len(op_schema.arguments), len(op_schema.arguments) + len(op_schema.returns))
+    if op_schema.returns:  # several returns are serialized as one list value
+        written.append(len(op_schema.arguments))
     return Kernel(name, SPECIAL.get(name, overload), arguments, tuple(written))

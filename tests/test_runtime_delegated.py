@@ -9,15 +9,11 @@ Dequantizing is one-to-one on int8 (scale > 0), so equal floats mean equal int8 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import oracles
 import pytest
 import torch
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-NAMES = ("autoencoder", "channels_last", "ds_cnn", "mobilenet_v1", "mobilenet_v2", "resnet8")
 RANDOM_INPUTS = 3  # beside the example's own input; benchmarks and longer runs take more
 
 try:
@@ -25,18 +21,15 @@ try:
 except ImportError as error:  # the LiteRT executor is the one piece a delegated program cannot do without
     pytest.skip(f"imxrt.runtime.litert (the LiteRT executor) is not importable: {error}", allow_module_level=True)
 
+from compiled_examples import NAMES, compiled_example  # noqa: E402
+
 import imxrt.runtime  # noqa: E402
-from imxrt.pipeline import CompileOptions, compile  # noqa: E402
-from imxrt.source import load_source  # noqa: E402
 
 
 class Compiled:
     def __init__(self, name: str) -> None:
-        source = load_source(str(EXAMPLES / f"{name}.py"))
+        source, _, self.result = compiled_example(name)  # compiled once per test run, shared
         self.name, self.example = name, source.example_inputs
-        # Calibrated on the example input alone: the comparison holds for whatever qparams result.
-        self.result = compile(source.model, source.example_inputs, "imxrt700", [source.example_inputs],
-                              CompileOptions(show_progress=False))
         self.program = imxrt.runtime.load(self.result.pte)
 
 

@@ -11,10 +11,12 @@ by a quantize that absorbs the difference.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
-from executorch.exir import to_edge
+from executorch.exir import schema, to_edge
 from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
 
 import imxrt.runtime
@@ -49,9 +51,20 @@ class ConvNet(torch.nn.Module):
         return self.linear(z.reshape(1, -1)).softmax(-1)
 
 
-def _inputs(seed: int, *shapes):
+class ChannelsLast(torch.nn.Module):
+    """Every tensor in the channels_last dim order: the arena holds NHWC bytes, kernels must honour it."""
+
+    def forward(self, x, y):
+        z = torch.relu(x + y)
+        return torch.maximum(z, x), torch.nn.functional.max_pool2d(z, 2)
+
+
+def _inputs(seed: int, *shapes, channels_last: bool = False):
     generator = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(*shape, generator=generator) for shape in shapes)
+    inputs = tuple(torch.randn(*shape, generator=generator) for shape in shapes)
+    if channels_last:
+        inputs = tuple(x.contiguous(memory_format=torch.channels_last) for x in inputs)
+    return inputs
 
 
 def _float_pte(model, inputs) -> bytes:
@@ -76,24 +89,28 @@ def _executorch(pte: bytes, inputs) -> list[np.ndarray]:
     return [t.numpy() for t in _load_for_executorch_from_buffer(pte).forward(list(inputs))]
 
 
+# name -> (model, input shapes, lowering, channels_last inputs)
 CASES = {
-    "float_data_movement": lambda: (DataMovement(), ((1, 4, 6, 6), (1, 4, 6, 6)), _float_pte),
-    "int8_convnet": lambda: (ConvNet(), ((1, 3, 8, 8),), _quantized_pte),
+    "float_data_movement": lambda: (DataMovement(), ((1, 4, 6, 6), (1, 4, 6, 6)), _float_pte, False),
+    "float_channels_last": lambda: (ChannelsLast(), ((1, 4, 6, 6), (1, 4, 6, 6)), _float_pte, True),
+    "int8_convnet": lambda: (ConvNet(), ((1, 3, 8, 8),), _quantized_pte, False),
+    "int8_channels_last": lambda: (ChannelsLast(), ((1, 4, 6, 6), (1, 4, 6, 6)), _quantized_pte, True),
 }
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
 def case(request):
-    model, shapes, build = CASES[request.param]()
-    return request.param, build(model, _inputs(0, *shapes)), shapes
+    model, shapes, build, channels_last = CASES[request.param]()
+    inputs = functools.partial(_inputs, channels_last=channels_last)
+    return request.param, build(model, inputs(0, *shapes)), shapes, inputs
 
 
 @pytest.mark.parametrize("check_plan", [False, True], ids=["plain", "check_plan"])
 def test_equals_executorch_runtime_bit_for_bit(case, check_plan):
-    name, pte, shapes = case
+    name, pte, shapes, make_inputs = case
     program = imxrt.runtime.load(pte, check_plan=check_plan)
     for seed in range(3):
-        inputs = _inputs(seed, *shapes)
+        inputs = make_inputs(seed, *shapes)
         got, expected = program.forward(*inputs), _executorch(pte, inputs)
         assert len(got) == len(expected)
         for g, e in zip(got, expected, strict=True):
@@ -101,13 +118,19 @@ def test_equals_executorch_runtime_bit_for_bit(case, check_plan):
             assert np.array_equal(g, e), f"{name} seed {seed}: max |diff| {np.abs(g - e).max()}"
 
 
-def test_int8_program_runs_its_kernels_on_the_host(case):
-    """The quantized program really is the portable int8 program (not a float one in disguise)."""
-    name, pte, _ = case
-    operators = {op.name for op in imxrt.runtime.load(pte).file.plan.operators}
+def test_programs_are_what_the_cases_claim(case):
+    """No delegate; int8 programs really quantize; channels_last programs plan every tensor NHWC."""
+    name, pte, _, _ = case
+    plan = imxrt.runtime.load(pte).file.plan
+    operators = {op.name for op in plan.operators}
     if name.startswith("int8"):
-        assert {"quantized_decomposed::quantize_per_tensor", "aten::convolution"} <= operators
-        assert not imxrt.runtime.load(pte).file.plan.delegates
+        assert {"quantized_decomposed::quantize_per_tensor", "quantized_decomposed::dequantize_per_tensor"} <= operators
+    if name == "int8_convnet":
+        assert "aten::convolution" in operators
+    if name.endswith("channels_last"):
+        tensors = [v.val for v in plan.values if isinstance(v.val, schema.Tensor) and len(v.val.sizes) == 4]
+        assert tensors and all(t.dim_order == [0, 2, 3, 1] for t in tensors)
+    assert not plan.delegates
 
 
 def test_float_convnet_within_a_few_ulp_of_executorch():
@@ -118,9 +141,9 @@ def test_float_convnet_within_a_few_ulp_of_executorch():
 
 
 def test_torch_tensors_and_numpy_arrays_give_the_same_outputs(case):
-    _, pte, shapes = case
+    _, pte, shapes, make_inputs = case
     program = imxrt.runtime.load(pte)
-    inputs = _inputs(7, *shapes)
+    inputs = make_inputs(7, *shapes)
     from_torch = program.forward(*inputs)
     from_numpy = program.forward(*[x.numpy() for x in inputs])
     assert all(np.array_equal(a, b) for a, b in zip(from_torch, from_numpy, strict=True))

@@ -1,6 +1,7 @@
 """Kernel calls: an operator named in the program -> a callable that runs it on the program's values.
 
-Portable ``aten::*.out`` ops run through torch's own out-variants, writing into the arena views;
+Portable ``aten::*.out`` ops run through torch's own out-variants, writing into the arena views
+(convolution, addmm, mean, softmax and sigmoid through ``portable``, in ExecuTorch's order);
 ``quantized_decomposed`` quantize/dequantize through ExecuTorch's quantized kernel library (its AOT
 build registers the device kernels' C++ code with torch, so rounding is the device's). A few ops need
 logic of their own (the table ``SPECIAL``); everything else is bound generically from the op's schema.
@@ -22,6 +23,7 @@ import torch
 from executorch.exir import schema
 
 from imxrt.errors import BadFile
+from imxrt.runtime import portable
 from imxrt.runtime.memory import TORCH_DTYPES
 
 _MEMORY_FORMATS = [torch.contiguous_format, torch.preserve_format, torch.channels_last, torch.channels_last_3d]
@@ -46,6 +48,11 @@ def _et_view(self, size):
 
 # Ops with logic of their own, keyed by the qualified name the program stores ("ns::name.overload").
 SPECIAL: dict[str, Callable] = {
+    "aten::convolution.out": portable.convolution,  # ExecuTorch's summation order: bit-exact floats
+    "aten::addmm.out": portable.addmm,
+    "aten::sigmoid.out": portable.sigmoid,
+    "aten::_softmax.out": portable.softmax,
+    "aten::mean.out": portable.mean,
     "dim_order_ops::_to_dim_order_copy.out": _copy_into_out,
     "dim_order_ops::_clone_dim_order.out": _copy_into_out,
     "dim_order_ops::_empty_dim_order.out": _empty_into_out,

@@ -1,0 +1,108 @@
+"""Float kernels in ExecuTorch's portable summation order, so float results match the device bit for bit.
+
+torch's convolution, addmm and mean sum in blocked, vectorised orders, and its exp may be 1 ULP off
+C's ``expf``; ExecuTorch's portable kernels sum one by one in a fixed loop order with ``expf``, and float
+addition is not associative, so the two differ in the last bits (and an int8 program's next quantize
+can then round differently). These kernels keep the
+portable order per output element and vectorise across output elements instead: each step of the
+reduction is one float32 multiply and one float32 add over the whole output (no fused multiply-add,
+like the portable C++ built for a CPU without FMA contraction).
+
+Known residue: ``expf`` is taken as correctly rounded (exp in double, rounded once); the C library's
+``expf`` is not quite, so a softmax over long rows differs in rare elements (about 1 in 1,000 seen over
+rows of 300-1,000) by 1 ULP. A float ``mm`` without bias still runs torch's kernel and differs in the last bits.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, *, out):
+    """``aten::convolution.out``: per output element, ``acc = 0; for in_c, w_y, w_x: acc += x * w``
+    (taps outside the input skipped), then ``acc += bias``: the portable ``conv2d_impl`` order."""
+    if transposed or input.dim() != 4 or input.dtype != torch.float32:
+        # Transposed and 1-D/3-D convolutions keep torch's kernel (its sums may differ in the last bits).
+        return torch.ops.aten.convolution.out(input, weight, bias, stride, padding, dilation, transposed,
+                                              output_padding, groups, out=out)
+    batch, in_channels, in_h, in_w = input.shape
+    out_channels, channels_per_group, kernel_h, kernel_w = weight.shape
+    stride_y, stride_x = stride
+    pad_y, pad_x = padding
+    dilation_y, dilation_x = dilation
+    out_h, out_w = out.shape[2], out.shape[3]
+    # Zero padding stands for the skipped taps: adding x * w = +-0 leaves the sum unchanged.
+    padded = torch.nn.functional.pad(input, (pad_x, pad_x, pad_y, pad_y))
+    per_group = padded.reshape(batch, groups, channels_per_group, in_h + 2 * pad_y, in_w + 2 * pad_x)
+    taps = weight.reshape(groups, out_channels // groups, channels_per_group, kernel_h, kernel_w)
+    acc = torch.zeros(batch, groups, out_channels // groups, out_h, out_w, dtype=torch.float32)
+    for in_c in range(channels_per_group):
+        for w_y in range(kernel_h):
+            rows = slice(w_y * dilation_y, w_y * dilation_y + stride_y * (out_h - 1) + 1, stride_y)
+            for w_x in range(kernel_w):
+                cols = slice(w_x * dilation_x, w_x * dilation_x + stride_x * (out_w - 1) + 1, stride_x)
+                window = per_group[:, :, in_c, rows, cols].unsqueeze(2)  # [N, G, 1, OH, OW]
+                acc += window * taps[None, :, :, in_c, w_y, w_x, None, None]
+    acc = acc.reshape(batch, out_channels, out_h, out_w)
+    if bias is not None:
+        acc += bias.to(torch.float32)[None, :, None, None]
+    out.copy_(acc)  # into the arena view, in its dim order
+    return out
+
+
+def addmm(self, mat1, mat2, *, beta=1, alpha=1, out):
+    """``aten::addmm.out``: ``sum = 0; for k: sum += mat1[i, k] * mat2[k, j]``, then
+    ``sum * alpha + self * beta`` in double (the portable kernel's scalars are doubles), rounded once."""
+    if mat1.dtype != torch.float32:
+        return torch.ops.aten.addmm.out(self, mat1, mat2, beta=beta, alpha=alpha, out=out)
+    acc = torch.zeros(mat1.shape[0], mat2.shape[1], dtype=torch.float32)
+    for k in range(mat1.shape[1]):
+        acc += mat1[:, k:k + 1] * mat2[k:k + 1, :]
+    result = acc.double() * float(alpha)
+    if beta != 0:  # beta 0 ignores self, NaNs included
+        result += self.double().expand_as(acc) * float(beta)
+    out.copy_(result.float())
+    return out
+
+
+def _expf(x: torch.Tensor) -> torch.Tensor:
+    """float32 exp as C's ``expf`` gives it: correctly rounded (torch's vectorised exp can be 1 ULP off)."""
+    return torch.exp(x.double()).float()
+
+
+def _sum_in_order(x: torch.Tensor) -> torch.Tensor:
+    """Sum over the last axis one element after the other, as a C loop does."""
+    acc = torch.zeros(x.shape[:-1], dtype=x.dtype)
+    for k in range(x.shape[-1]):
+        acc += x[..., k]
+    return acc
+
+
+def sigmoid(self, *, out):
+    """``aten::sigmoid.out``: ``1 / (1 + expf(-x))`` in float32."""
+    if self.dtype != torch.float32:
+        return torch.ops.aten.sigmoid.out(self, out=out)
+    out.copy_(1 / (1 + _expf(-self)))
+    return out
+
+
+def softmax(self, dim, half_to_float, *, out):
+    """``aten::_softmax.out``: per row, ``e = expf(x - max)``, their sum in order, then ``e / sum``."""
+    if self.dtype != torch.float32 or half_to_float:
+        return torch.ops.aten._softmax.out(self, dim, half_to_float, out=out)
+    rows = self.movedim(dim, -1)
+    exps = _expf(rows - rows.max(dim=-1, keepdim=True).values)
+    out.copy_((exps / _sum_in_order(exps).unsqueeze(-1)).movedim(-1, dim))
+    return out
+
+
+def mean(self, dim, keepdim=False, *, dtype=None, out):
+    """``aten::mean.out``: the reduced elements summed in index order, then divided by their count."""
+    if self.dtype != torch.float32 or (dtype not in (None, torch.float32)) or not self.is_contiguous():
+        return torch.ops.aten.mean.out(self, dim, keepdim, dtype=dtype, out=out)
+    dims = sorted(d % self.dim() for d in (dim if dim else range(self.dim())))
+    kept = [d for d in range(self.dim()) if d not in dims]
+    rows = self.permute(*kept, *dims).reshape(*[self.shape[d] for d in kept], -1)
+    result = _sum_in_order(rows) / rows.shape[-1]
+    out.copy_(result.reshape(out.shape))
+    return out

@@ -167,6 +167,8 @@ class Interpreter:
         wrapped for torch) write the bytes in the device's order but leave the out tensor's metadata
         restrided to contiguous; the bytes are right, only the view must be restored."""
         for position in written:
+            if position >= len(args):
+                continue
             index = args[position]
             layout = self.layouts.get(index)
             tensor = self.values[index]

@@ -78,3 +78,25 @@ def test_bad_program_file(files, capsys):
     status = main(["run", str(files / "x.npy")])
     assert status == EXIT_USER_ERROR
     assert "x.npy: is not an ExecuTorch .pte program" in capsys.readouterr().err
+
+
+def test_runs_what_imxrt_compile_wrote(tmp_path, capsys):
+    """The user's path: `imxrt compile` a model, then `imxrt run` its model.pte on a .npy input."""
+    source = tmp_path / "tiny.py"
+    source.write_text(
+        "import torch\n"
+        "def model():\n"
+        "    torch.manual_seed(0)\n"
+        "    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),\n"
+        "                               torch.nn.Linear(4 * 4 * 4, 2)).eval()\n"
+        "def example_inputs():\n"
+        "    return (torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(1)),)\n")
+    assert main(["compile", str(source), "-o", str(tmp_path / "out"), "--quiet"]) == 0
+    x = np.random.default_rng(0).standard_normal((1, 3, 6, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    pte = tmp_path / "out" / "model.pte"
+    assert main(["run", str(pte), "--input", str(tmp_path / "x.npy"), "--output-dir", str(tmp_path / "o"),
+                 "--check-plan"]) == 0
+    (expected,) = imxrt.runtime.load(pte).forward(x)
+    assert np.array_equal(np.load(tmp_path / "o" / "output_0.npy"), expected)
+    assert capsys.readouterr().out.startswith("output 0: shape (1, 2) float32 crc32 ")

@@ -170,3 +170,22 @@ def test_float_op_matches_executorch_bit_for_bit(op):
     pte = _float_pte(model, inputs)
     (got,), (expected,) = imxrt.runtime.load(pte).forward(*inputs), _executorch(pte, inputs)
     assert np.array_equal(got, expected), f"max |diff| {np.abs(got - expected).max()}"
+
+
+class Branch(torch.nn.Module):
+    """torch.cond compiles to JumpFalseCall and MoveCall instructions."""
+
+    def forward(self, x, y):
+        return torch.cond(x.sum() > 0, lambda x, y: x + y, lambda x, y: x - y, (x, y)) * 2
+
+
+@pytest.mark.parametrize("check_plan", [False, True], ids=["plain", "check_plan"])
+def test_control_flow_takes_the_branch_executorch_takes(check_plan):
+    pte = _float_pte(Branch(), _inputs(0, (2, 3), (2, 3)))
+    instructions = {type(i.instr_args).__name__ for i in imxrt.runtime.load(pte).file.plan.chains[0].instructions}
+    assert {"JumpFalseCall", "MoveCall"} <= instructions
+    program = imxrt.runtime.load(pte, check_plan=check_plan)
+    for sign in (1.0, -1.0):
+        x, y = torch.full((2, 3), sign), torch.randn(2, 3, generator=torch.Generator().manual_seed(4))
+        (got,), (expected,) = program.forward(x, y), _executorch(pte, (x, y))
+        assert np.array_equal(got, expected) and np.array_equal(got, ((x + y if sign > 0 else x - y) * 2).numpy())

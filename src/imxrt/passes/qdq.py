@@ -14,8 +14,11 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from torch.fx import Graph, Node
 
 _qd = exir_ops.edge.quantized_decomposed
-DEQUANTIZE_OPS = frozenset({_qd.dequantize_per_tensor.default, _qd.dequantize_per_channel.default})
-QUANTIZE_OPS = frozenset({_qd.quantize_per_tensor.default})
+QUANTIZE_PER_TENSOR = _qd.quantize_per_tensor.default
+DEQUANTIZE_PER_TENSOR = _qd.dequantize_per_tensor.default
+DEQUANTIZE_PER_CHANNEL = _qd.dequantize_per_channel.default
+DEQUANTIZE_OPS = frozenset({DEQUANTIZE_PER_TENSOR, DEQUANTIZE_PER_CHANNEL})
+QUANTIZE_OPS = frozenset({QUANTIZE_PER_TENSOR})
 QDQ_OPS = DEQUANTIZE_OPS | QUANTIZE_OPS
 
 _edge = exir_ops.edge.aten
@@ -52,7 +55,7 @@ def is_compute(node: Node) -> bool:
 
 def qparams_of_dequantize(node: Node) -> QParams | None:
     """Per-tensor qparams of a ``dequantize_per_tensor`` node (None for per-channel)."""
-    if node.target != _qd.dequantize_per_tensor.default:
+    if node.target != DEQUANTIZE_PER_TENSOR:
         return None
     return QParams(float(node.args[1]), int(node.args[2]))
 

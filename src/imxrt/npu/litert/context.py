@@ -320,7 +320,7 @@ class LoweringContext:
             user = users[0]
             if qdq.is_quantize(user):
                 break
-            if self._is_pass_through(user, current):
+            if self._is_pass_through(user):
                 pass
             elif activation is None and clamp_range(user) is not None:
                 activation = clamp_range(user)
@@ -339,27 +339,31 @@ class LoweringContext:
         return Output(user, edge_shape(user), quant, fused, activation, tuple(sources))
 
     @staticmethod
-    def _is_pass_through(user: Node, producer: Node) -> bool:
+    def _is_pass_through(user: Node) -> bool:
+        # (an identity as_strided_copy is gone already: passes.RemoveIdentityAsStridedPass; any other
+        # restride can move values and is no pass-through)
         if user.target in _PASS_THROUGH:
             return True
-        if user.target == aten.as_strided_copy.default:  # a layout fix-up of the same shape
-            return edge_shape(user) == edge_shape(producer)
         return user.target is operator.getitem and user.args[1] == 0
 
     # ---- data movement ---------------------------------------------------------------------------
 
-    def apply_steps(self, tensor: Tensor, steps: Sequence[layout.Step], sources: Iterable[Node]) -> Tensor:
-        """Emit the RESHAPE / TRANSPOSE ops of a layout plan (``layout.view_steps`` and friends)."""
-        sources = tuple(sources)
-        for step in steps:
+    def apply_steps(self, tensor: Tensor, steps: Sequence[layout.Step], sources: Iterable[Node] = (),
+                    debug_handles: Iterable[int] = (), into: Tensor | None = None) -> Tensor:
+        """Emit the RESHAPE / TRANSPOSE ops of a layout plan (``layout.view_steps`` and friends); the last
+        one writes ``into`` when given (a tensor other ops already refer to)."""
+        sources, debug_handles = tuple(sources), tuple(debug_handles)
+        for index, step in enumerate(steps):
             if isinstance(step, layout.Transpose):
+                builtin, parameter, suffix = "TRANSPOSE", self.int32_constant("perm", step.perm), "_transposed"
                 shape = tuple(tensor.shape[p] for p in step.perm)
-                result = self.activation_tensor(tensor.name + "_transposed", shape, tensor.quantization)
-                perm = self.int32_constant("perm", step.perm)
-                self.emit("TRANSPOSE", [tensor, perm], [result], None, sources)
             else:
-                result = self.activation_tensor(tensor.name + "_reshaped", step.shape, tensor.quantization)
-                new_shape = self.int32_constant("shape", step.shape)
-                self.emit("RESHAPE", [tensor, new_shape], [result], None, sources)
+                builtin, parameter, suffix = "RESHAPE", self.int32_constant("shape", step.shape), "_reshaped"
+                shape = step.shape
+            if into is not None and index == len(steps) - 1:
+                result = into
+            else:
+                result = self.activation_tensor(tensor.name + suffix, shape, tensor.quantization)
+            self.emit(builtin, [tensor, parameter], [result], None, sources, debug_handles)
             tensor = result
         return tensor

@@ -69,7 +69,7 @@ def fold_data_movement(ctx: LoweringContext) -> None:
         if id(op) in replaced:
             first_input, last_output, steps, chain = replaced[id(op)]
             handles = sorted({h for o in chain for h in o.debug_handles})
-            _emit_steps(ctx, first_input, last_output, steps, handles)
+            ctx.apply_steps(first_input, steps, debug_handles=handles, into=last_output)
         elif id(op) not in skipped:
             inputs = tuple(None if t is None else renamed.get(id(t), t) for t in op.inputs)
             graph.operators.append(replace(op, inputs=inputs) if inputs != op.inputs else op)
@@ -80,19 +80,3 @@ def _step(op: Operator) -> layout.Step:
     if op.builtin == "TRANSPOSE":
         return layout.Transpose(tuple(int(p) for p in np.frombuffer(op.inputs[1].data, np.int32)))
     return layout.Reshape(op.outputs[0].shape)
-
-
-def _emit_steps(ctx, tensor: Tensor, last_output: Tensor, steps, handles) -> None:
-    for index, step in enumerate(steps):
-        if isinstance(step, layout.Transpose):
-            shape = tuple(tensor.shape[p] for p in step.perm)
-            builtin, parameter = "TRANSPOSE", ctx.int32_constant("perm", step.perm)
-        else:
-            shape = step.shape
-            builtin, parameter = "RESHAPE", ctx.int32_constant("shape", step.shape)
-        if index == len(steps) - 1:
-            result = last_output
-        else:
-            result = ctx.activation_tensor(tensor.name + "_moved", shape, tensor.quantization)
-        ctx.emit(builtin, [tensor, parameter], [result], None, debug_handles=handles)
-        tensor = result

@@ -4,24 +4,22 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from executorch.exir.dialects._ops import ops as exir_ops
 from torch.fx import Node
 
 from imxrt.npu.litert.ir import PerTensor
+from imxrt.passes.qdq import DEQUANTIZE_PER_CHANNEL, DEQUANTIZE_PER_TENSOR, is_quantize
 
-QUANTIZE = exir_ops.edge.quantized_decomposed.quantize_per_tensor.default
-DEQUANTIZE = exir_ops.edge.quantized_decomposed.dequantize_per_tensor.default
-DEQUANTIZE_PER_CHANNEL = exir_ops.edge.quantized_decomposed.dequantize_per_channel.default
+# is_quantize is the partitioner's own predicate, re-exported so converters read Q/DQ facts from one module
+__all__ = ["INT8_MAX", "INT8_MIN", "as_numpy", "int8_range", "is_dequantize", "is_dequantize_per_channel",
+           "is_quantize", "per_tensor_qparams", "quantize_values", "symmetric_qparams"]
 
 INT8_MIN, INT8_MAX = -128, 127
 
 
-def is_quantize(node: object) -> bool:
-    return isinstance(node, Node) and node.op == "call_function" and node.target == QUANTIZE
-
-
 def is_dequantize(node: object) -> bool:
-    return isinstance(node, Node) and node.op == "call_function" and node.target == DEQUANTIZE
+    """A per-tensor dequantize: an int8 activation (unlike ``passes.qdq.is_dequantize``, which also
+    takes the per-channel weight dequantize)."""
+    return isinstance(node, Node) and node.op == "call_function" and node.target == DEQUANTIZE_PER_TENSOR
 
 
 def is_dequantize_per_channel(node: object) -> bool:

@@ -203,7 +203,7 @@ class Interpreter:
         value = self.values[index]
         if isinstance(value, torch.Tensor):
             # A copy: the arena's bytes belong to the next run.
-            return value.detach().contiguous().clone().numpy()
+            return value.detach().clone(memory_format=torch.contiguous_format).numpy()
         return np.asarray(value)
 
 

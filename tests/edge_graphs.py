@@ -10,9 +10,10 @@ from imxrt.passes import EDGE_PASSES
 from imxrt.pipeline import CompileOptions, export, quantize
 
 
-def int8_edge_program(model: torch.nn.Module, inputs: tuple, calibration=None):
-    """export -> passes -> pt2e int8 -> to_edge, keeping whole the ops the pipeline keeps."""
-    quantized = quantize(export(model, inputs), inputs, calibration, CompileOptions(show_progress=False))
+def int8_edge_program(model: torch.nn.Module, inputs: tuple, calibration=None, target=None):
+    """export -> passes -> pt2e int8 (``target``'s rules) -> to_edge, keeping whole the ops the pipeline
+    keeps."""
+    quantized = quantize(export(model, inputs), inputs, calibration, CompileOptions(show_progress=False), target)
     keep = ops_to_keep_whole(quantized)
     edge = to_edge(quantized, compile_config=EdgeCompileConfig(_check_ir_validity=False, preserve_ops=keep,
                                                                _core_aten_ops_exception_list=keep))

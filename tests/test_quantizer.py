@@ -1,10 +1,11 @@
 """The int8 scheme the quantizer produces, read off the edge graph's quantize / dequantize nodes."""
 
+import pytest
 import torch
 import torch.nn as nn
 from edge_graphs import int8_edge_program, nodes_named
 
-from imxrt.passes.qdq import find_clusters, qparams_of_dequantize, qparams_of_quantize
+from imxrt.passes.qdq import find_clusters, is_dequantize, qparams_of_dequantize, qparams_of_quantize
 
 
 def _calibration(*shapes, scale=1.0, count=8):
@@ -75,3 +76,34 @@ def test_conv_weights_bias_fused_activation_and_shared_pool_qparams():
     (pool,) = nodes_named(program, "aten.max_pool2d_with_indices.default")
     pool_cluster = find_clusters(program.graph)[pool]
     assert pool_cluster.output_qparams() == pool_cluster.input_qparams(0)
+
+
+def test_device_rules_compose_into_one_set_and_a_disagreement_raises():
+    from imxrt.quantization import rules
+    from imxrt.targets import get_target
+
+    aten = torch.ops.aten
+    combined, cpu_only = rules.rules_for(get_target("imxrt700")), rules.rules_for(get_target("imxrt700-cpu"))
+    assert set(combined) == set(rules.NPU_RULES) | set(rules.CPU_RULES)
+    assert aten.gelu.default in combined and aten.gelu.default not in rules.NPU_RULES  # CPU LUT only
+    assert aten.sub.Tensor in combined and aten.sub.Tensor not in cpu_only  # NPU SUB; no CMSIS-NN kernel
+    assert cpu_only == rules.CPU_RULES
+    with pytest.raises(ValueError, match="disagree"):
+        rules.compose({aten.tanh.default: rules.Compute()}, {aten.tanh.default: rules.FixedOutput(1 / 128, 0)})
+
+
+class SubGelu(nn.Module):
+    def forward(self, x, y):
+        return torch.nn.functional.gelu(x - y)
+
+
+@pytest.mark.parametrize(("target", "sub_is_int8"), [("imxrt700", True), ("imxrt700-cpu", False)])
+def test_an_op_only_the_npu_runs_in_int8_stays_float_on_a_cpu_only_target(target, sub_is_int8):
+    from imxrt.targets import get_target
+
+    data = _calibration((1, 16), (1, 16))
+    program = int8_edge_program(SubGelu(), data[0], data, target=get_target(target))
+    (sub,) = nodes_named(program, "aten.sub.Tensor")
+    (gelu,) = nodes_named(program, "aten.gelu.default")
+    assert all(is_dequantize(arg) for arg in sub.args) == sub_is_int8
+    assert is_dequantize(gelu.args[0])  # gelu is an int8 table lookup on both

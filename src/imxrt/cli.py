@@ -33,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     compile_.add_argument("source", help="a .py file defining model(), example_inputs() [, calibration_inputs()]"
                                          ", or package.module:function")
     compile_.add_argument("--target", default="imxrt700", help="target name (see `imxrt targets`)")
+    compile_.add_argument("--isa", default=None,
+                          help="CMSIS-NN path for the CPU ops: scalar|dsp|mve (default: the core's own; "
+                               "only paths the core can run)")
     compile_.add_argument("-o", "--output", required=True, type=Path, help="output folder")
     compile_.add_argument("--calibration-samples", type=int, default=None,
                           help="use at most N calibration samples")
@@ -82,9 +85,11 @@ def _targets() -> int:
         npu = target.npu
         npu_text = (f"Neutron {npu.hw_version}-{npu.macs_per_cycle} ({npu.num_pipes} pipes x {npu.num_macs} MACs) "
                     f"@ {npu.clock_hz / 1e6:.0f} MHz") if npu else "no NPU"
-        print(f"{target.name:12s} {target.description}")
-        print(f"{'':12s} NPU: {npu_text}; CPU: {target.cpu.core} ({target.cpu.isa}) @ "
-              f"{target.cpu.clock_hz / 1e6:.0f} MHz; SRAM {target.sram_bytes // 1024} KiB")
+        isas = "|".join(isa.value for isa in target.cpu.core.allowed)
+        sram = f"{target.sram_bytes // 1024} KiB" if target.sram_bytes is not None else "depends on the part"
+        print(f"{target.name:14s} {target.description}")
+        print(f"{'':14s} NPU: {npu_text}; CPU: {target.cpu.core.name} ({target.cpu.isa.value}; --isa {isas}) @ "
+              f"{target.cpu.clock_hz / 1e6:.0f} MHz; SRAM {sram}")
     return 0
 
 
@@ -94,7 +99,7 @@ def _compile(args: argparse.Namespace) -> int:
     from imxrt.source import load_source
     from imxrt.targets import get_target
 
-    target = get_target(args.target)  # before any slow work: a typo fails at once
+    target = get_target(args.target, args.isa)  # before any slow work: a typo fails at once
     if args.calibration_samples is not None and args.calibration_samples < 1:
         raise BadOption("--calibration-samples", args.calibration_samples, "a positive number")
     source = load_source(args.source)

@@ -107,7 +107,7 @@ def compile(
     with _timed(seconds, "export"):
         exported = export(model, example_inputs)
     with _timed(seconds, "quantize"):
-        quantized = quantize(exported, example_inputs, calibration, options)
+        quantized = quantize(exported, example_inputs, calibration, options, target)
     with _timed(seconds, "lower"):
         edge = lower(quantized, target, options, placement_log)
     # Read the placement before serialization: to_executorch rewrites the edge graph in place.
@@ -167,10 +167,12 @@ def quantize(
     example_inputs: tuple[torch.Tensor, ...],
     calibration: Iterable[Sequence[torch.Tensor]] | None,
     options: CompileOptions,
+    target: Target | None = None,
 ) -> ExportedProgram:
-    """Graph passes, then pt2e int8 PTQ with ``ImxrtQuantizer``; returns the re-exported int8 program."""
+    """Graph passes, then pt2e int8 PTQ with ``ImxrtQuantizer`` (the target's rules; default: the
+    i.MX RT700's); returns the re-exported int8 program."""
     graph_module = run_aten_passes(exported.module(check_guards=False))
-    prepared = prepare_pt2e(graph_module, ImxrtQuantizer())
+    prepared = prepare_pt2e(graph_module, ImxrtQuantizer(target))
     if calibration is None:
         log.warning("no calibration data given: calibrating on the example inputs alone; pass "
                     "calibration_inputs() for representative activation ranges")

@@ -16,7 +16,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from torch.fx import Node
 
 from imxrt.passes.qdq import Cluster, is_dequantize, qparams_of_dequantize, tensor_args
-from imxrt.quantization.rules import RULES as QUANTIZATION_RULES
+from imxrt.quantization.rules import NPU_RULES
 from imxrt.targets import NeutronConfig
 
 edge = exir_ops.edge.aten
@@ -328,7 +328,7 @@ def not_quantized_reason(node: Node) -> str:
     stack = node.meta.get("nn_module_stack") or {}
     path, module_type = list(stack.values())[-1] if stack else ("", "")
     where = f" in {module_type.rsplit('.', 1)[-1]} '{path}'" if path else ""
-    if getattr(node.target, "_op", None) in QUANTIZATION_RULES:  # the op has a rule: an operand is the cause
+    if getattr(node.target, "_op", None) in NPU_RULES:  # the op has a rule: an operand is the cause
         odd = [a.name for a in tensor_args(node) if not is_dequantize(a)]
         return (f"not quantized: {call}{where} reads {', '.join(odd) or 'no tensor'}, which is neither an "
                 "int8 tensor nor a float constant; it runs in float on the CPU")

@@ -38,15 +38,18 @@ class ImxrtQuantizer(Quantizer):
     shares qparams with a fixed-qparam producer (softmax -> mean) is annotated like any other.
     """
 
-    def __init__(self, qat: bool = False):
+    def __init__(self, target=None, qat: bool = False):
+        """``target``: whose devices' rules apply (default: the i.MX RT700's NPU and Cortex-M33)."""
         super().__init__()
+        self.rules = rules.rules_for(target) if target is not None else rules.compose(rules.NPU_RULES,
+                                                                                        rules.CPU_RULES)
         self.qat = qat
 
     def annotate(self, model: GraphModule) -> GraphModule:
         for node in model.graph.nodes:
             if node.op != "call_function" or _ANNOTATION in node.meta:
                 continue
-            rule = rules.RULES.get(node.target)
+            rule = self.rules.get(node.target)
             if rule is None or not _is_float_tensor(node):
                 continue
             self._annotate(node, rule)

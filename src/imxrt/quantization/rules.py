@@ -1,7 +1,9 @@
-"""Per-op quantization rules: which aten op gets which int8 treatment, as one table.
+"""Per-op quantization rules: which aten op gets which int8 treatment, one table per device.
 
-The rule kinds are types, not strings. ``quantizer.ImxrtQuantizer`` walks the graph and applies the row of
-each node's op; an op without a row is left float (and later falls back to the CPU with that reason).
+The rule kinds are types, not strings. ``NPU_RULES`` holds what the Neutron NPU runs in int8,
+``CPU_RULES`` what the Cortex-M runs in int8; ``rules_for(target)`` composes the target's devices once, and
+``quantizer.ImxrtQuantizer`` applies the row of each node's op. An op without a row is left float (and
+runs as a float op on the CPU, with that reason in the report).
 """
 
 from __future__ import annotations
@@ -53,7 +55,19 @@ Rule = Weighted | Compute | SharedWithInput | FixedOutput | MatMul
 _SOFTMAX_OUT = FixedOutput(scale=1.0 / 256.0, zero_point=-128)
 _TANH_OUT = FixedOutput(scale=1.0 / 128.0, zero_point=0)
 
-RULES: dict[torch._ops.OpOverload, Rule] = {
+# Ops that move or select values: int8 on every device, output sharing the input's qparams.
+_DATA_MOVEMENT = (
+    aten.cat.default, aten.concat.default, aten.view.default, aten.reshape.default, aten.flatten.using_ints,
+    aten.permute.default, aten.transpose.int, aten.squeeze.dim, aten.squeeze.dims, aten.unsqueeze.default,
+    aten.slice.Tensor, aten.pad.default, aten.constant_pad_nd.default, aten.reflection_pad1d.default,
+    aten.reflection_pad2d.default, aten.replication_pad1d.default, aten.replication_pad2d.default,
+    aten.upsample_nearest2d.vec, aten.contiguous.default, aten.clone.default,
+)
+
+RuleTable = dict[torch._ops.OpOverload, Rule]
+
+# The ops the Neutron NPU has int8 kernels for (reference/neutron.md), quantized as its converter needs.
+NPU_RULES: RuleTable = {
     # weighted
     aten.conv2d.default: Weighted(),
     aten.conv2d.padding: Weighted(),
@@ -78,7 +92,6 @@ RULES: dict[torch._ops.OpOverload, Rule] = {
     aten.rsqrt.default: Compute(),
     aten.abs.default: Compute(),
     aten.neg.default: Compute(),
-    aten.gelu.default: Compute(),
     aten.upsample_bilinear2d.vec: Compute(),
     # fixed output ranges
     aten.softmax.int: _SOFTMAX_OUT,
@@ -95,26 +108,49 @@ RULES: dict[torch._ops.OpOverload, Rule] = {
     aten.amin.default: SharedWithInput(),
     aten.maximum.default: SharedWithInput(),
     aten.minimum.default: SharedWithInput(),
-    aten.cat.default: SharedWithInput(),
-    aten.concat.default: SharedWithInput(),
-    aten.view.default: SharedWithInput(),
-    aten.reshape.default: SharedWithInput(),
-    aten.flatten.using_ints: SharedWithInput(),
-    aten.permute.default: SharedWithInput(),
-    aten.transpose.int: SharedWithInput(),
-    aten.squeeze.dim: SharedWithInput(),
-    aten.squeeze.dims: SharedWithInput(),
-    aten.unsqueeze.default: SharedWithInput(),
-    aten.slice.Tensor: SharedWithInput(),
-    aten.pad.default: SharedWithInput(),
-    aten.constant_pad_nd.default: SharedWithInput(),
-    aten.reflection_pad1d.default: SharedWithInput(),
-    aten.reflection_pad2d.default: SharedWithInput(),
-    aten.replication_pad1d.default: SharedWithInput(),
-    aten.replication_pad2d.default: SharedWithInput(),
-    aten.upsample_nearest2d.vec: SharedWithInput(),
-    aten.contiguous.default: SharedWithInput(),
-    aten.clone.default: SharedWithInput(),
+    **{op: SharedWithInput() for op in _DATA_MOVEMENT},
+}
+
+# The ops the Cortex-M runs in int8 (the cortex_m kernels of reference/cortex_m.md, and data movement on
+# portable kernels): every elementwise unary op is one 256-entry table lookup there, so gelu is int8 too.
+# sub, prelu, sum, amax, amin and bilinear upsampling have no CMSIS-NN kernel: on a CPU-only target they
+# stay float rather than carry Q/DQ pairs around a float op.
+CPU_RULES: RuleTable = {
+    aten.conv2d.default: Weighted(),
+    aten.conv2d.padding: Weighted(),
+    aten.linear.default: Weighted(),
+    aten.conv_transpose2d.input: Weighted(weight_axis=1),
+    aten.add.Tensor: Compute(),
+    aten.mul.Tensor: Compute(),
+    aten.div.Tensor: Compute(),  # cortex_m::quantized_div (a division by a constant became a mul earlier)
+    aten.bmm.default: Compute(),
+    aten.matmul.default: MatMul(),
+    aten.mm.default: MatMul(),
+    aten.relu.default: Compute(),
+    aten.relu6.default: Compute(),
+    aten.hardtanh.default: Compute(),
+    aten.clamp.default: Compute(),
+    aten.hardswish.default: Compute(),
+    aten.leaky_relu.default: Compute(),
+    aten.exp.default: Compute(),
+    aten.log.default: Compute(),
+    aten.rsqrt.default: Compute(),
+    aten.abs.default: Compute(),
+    aten.neg.default: Compute(),
+    aten.gelu.default: Compute(),
+    # CMSIS-NN's softmax takes the same fixed output as TFLM's; sigmoid and tanh keep the NPU's fixed
+    # ranges too, so both sides of an NPU/CPU boundary read the same qparams.
+    aten.softmax.int: _SOFTMAX_OUT,
+    aten._softmax.default: _SOFTMAX_OUT,
+    aten.sigmoid.default: _SOFTMAX_OUT,
+    aten.tanh.default: _TANH_OUT,
+    aten.max_pool2d.default: SharedWithInput(),
+    aten.avg_pool2d.default: SharedWithInput(),
+    aten.adaptive_avg_pool2d.default: SharedWithInput(),
+    aten.mean.dim: SharedWithInput(),  # a mean over H and W is an average pool
+    aten.maximum.default: SharedWithInput(),
+    aten.minimum.default: SharedWithInput(),
+    **{op: SharedWithInput() for op in _DATA_MOVEMENT},
 }
 
 # In-place variants (``nn.ReLU(inplace=True)``, ``out += identity``) quantize like their functional form.
@@ -130,7 +166,26 @@ _IN_PLACE = {
     aten.sub_.Tensor: aten.sub.Tensor,
     aten.mul_.Tensor: aten.mul.Tensor,
 }
-RULES.update({in_place: RULES[functional] for in_place, functional in _IN_PLACE.items()})
+for _table in (NPU_RULES, CPU_RULES):
+    _table.update({in_place: _table[functional] for in_place, functional in _IN_PLACE.items()
+                   if functional in _table})
+
+
+def compose(*tables: RuleTable) -> RuleTable:
+    """One rule set from several devices' tables. An op both devices quantize must get the same rule on
+    both, or a tensor crossing the NPU/CPU boundary would need requantizing: that is our bug, so it raises."""
+    composed: RuleTable = {}
+    for table in tables:
+        for op, rule in table.items():
+            if composed.setdefault(op, rule) != rule:
+                raise ValueError(f"{op}: devices disagree on its quantization ({composed[op]} vs {rule})")
+    return composed
+
+
+def rules_for(target) -> RuleTable:
+    """The rules of a target: its NPU's composed with its CPU's, or the CPU's alone."""
+    return compose(NPU_RULES, CPU_RULES) if target.npu is not None else dict(CPU_RULES)
+
 
 # Activations that fold into the preceding conv / linear's output clamp: no Q/DQ between them.
 FUSABLE_ACTIVATIONS = frozenset({aten.relu.default, aten.relu_.default, aten.relu6.default,

@@ -1,0 +1,196 @@
+"""The cortex_m op library: the ops the CPU lowering emits, under the names and schemas of ExecuTorch's
+Cortex-M kernel library (reference/cortex_m.md), so a ``.pte`` that calls them loads on a board's runtime.
+
+Each op is one row of ``OPS``: its name, its arguments, its fake implementation (``ops_shapes``: shapes,
+dtypes and layouts for torch.export, to_edge and memory planning). Every row defines two overloads, the
+functional ``cortex_m::<name>`` the edge graph holds and ``cortex_m::<name>.out`` the program serializes.
+
+Living next to ExecuTorch's own definitions. ExecuTorch's Cortex-M backend defines the same namespace in
+its Python op module with ``Library("cortex_m", "DEF")`` and unconditional ``define`` calls; tests import it
+as an independent reference. torch allows one DEF library per namespace and one definition per op, so:
+
+- We define through a FRAGMENT library, never a DEF one, and only the ops not yet defined. An op that is
+  already defined must have exactly our schema, else importing raises ``SchemaMismatch`` (an ExecuTorch
+  whose kernels take other arguments than the ones we emit is an installation to fix, not to paper over).
+  So importing ExecuTorch's module first, then ours, works by construction.
+- The other order cannot work unaided, because ExecuTorch's module would try to define ops that we hold.
+  One import hook (``_StepAside``, a ``sys.meta_path`` finder that answers for that single module name)
+  wraps the module's loader: just before the module body runs, our definitions (schemas, fakes,
+  functional implementations) are destroyed with ``Library._destroy``; when it has run, the same
+  define-what-is-missing step checks ExecuTorch's schemas against ours and restores anything it lacks
+  (everything, if its import failed). No ExecuTorch code is imported or patched here.
+
+After ExecuTorch has taken over, its fake and functional implementations are the ones torch runs, and
+``torch.ops.cortex_m.<name>`` are new op objects: build op-keyed tables after such an import, not before.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch.library import Library
+
+from imxrt.cpu import ops_shapes
+from imxrt.errors import ImxrtError
+
+NAMESPACE = "cortex_m"
+EXECUTORCH_OPS_MODULE = "executorch.backends.cortex_m.ops.operators"
+_OUT = "*, Tensor(a!) out"
+
+
+class SchemaMismatch(ImxrtError):
+    """``cortex_m::<op>`` is already defined (by an installed ExecuTorch) with another schema than ours."""
+
+    def __init__(self, qualified_name: str, theirs: str, ours: str):
+        super().__init__(f"{qualified_name}: defined elsewhere as '{theirs}', imxrt needs '{ours}'; install the "
+                         "ExecuTorch version imxrt pins (pip install -e .) so both agree")
+        self.qualified_name = qualified_name
+
+
+@dataclass(frozen=True)
+class CortexMOp:
+    """One cortex_m op: the functional schema is ``name(arguments) -> returns``, the out variant
+    ``name.out(arguments, *, Tensor(a!) out) -> Tensor(a!)``."""
+
+    name: str
+    arguments: str
+    fake: Callable[..., torch.Tensor]
+    returns: str = "Tensor"
+
+    @property
+    def schema(self) -> str:
+        return f"{self.name}({self.arguments}) -> {self.returns}"
+
+    @property
+    def out_schema(self) -> str:
+        return f"{self.name}.out({self.arguments}, {_OUT}) -> Tensor(a!)"
+
+
+_QUANTIZE = "Tensor input, float scale, int zero_point, int quant_min, int quant_max, ScalarType dtype"
+_CONV = ("Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, int input_offset, "
+         "int output_offset, Tensor requantize_multipliers, Tensor requantize_shifts, int activation_min, "
+         "int activation_max, Tensor scratch")
+_DEPTHWISE = ("Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, "
+              "int depth_multiplier, int input_offset, int output_offset, Tensor requantize_multipliers, "
+              "Tensor requantize_shifts, int activation_min, int activation_max, Tensor scratch")
+_TRANSPOSE_CONV = ("Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] output_padding, "
+                   "int[] dilation, int input_offset, int output_offset, Tensor requantize_multipliers, "
+                   "Tensor requantize_shifts, int activation_min, int activation_max, Tensor scratch, "
+                   "Tensor output_scratch")
+_AVG_POOL = ("Tensor input, int[] kernel_size, int[] stride, int[] padding, bool ceil_mode, int zero_point, "
+             "int multiplier, int shift, Tensor scratch")
+_MAX_POOL = ("Tensor input, int[] kernel_size, int[] stride, int[] padding, int[] dilation, bool ceil_mode, "
+             "int input_zero_point, int output_zero_point, int activation_min, int activation_max")
+
+OPS: tuple[CortexMOp, ...] = (
+    CortexMOp("quantize_per_tensor", _QUANTIZE, ops_shapes.quantize_per_tensor, returns="(Tensor Z)"),
+    CortexMOp("dequantize_per_tensor", _QUANTIZE, ops_shapes.dequantize_per_tensor, returns="(Tensor Z)"),
+    CortexMOp("quantized_add", "Tensor self, int self_zero_point, int self_multiplier, int self_shift, "
+              "Tensor other, int other_zero_point, int other_multiplier, int other_shift, int output_zero_point, "
+              "int output_multiplier, int output_shift, int activation_min, int activation_max",
+              ops_shapes.quantized_add),
+    CortexMOp("quantized_mul", "Tensor self, int self_zero_point, Tensor other, int other_zero_point, "
+              "int output_zero_point, int output_multiplier, int output_shift", ops_shapes.quantized_mul),
+    CortexMOp("quantized_div", "Tensor self, int self_zero_point, Tensor other, int other_zero_point, "
+              "int output_zero_point, float output_scale", ops_shapes.quantized_div),
+    CortexMOp("quantized_activation", "Tensor input, Tensor lut", ops_shapes.quantized_activation),
+    CortexMOp("minimum", "Tensor self, Tensor other", ops_shapes.minimum),
+    CortexMOp("maximum", "Tensor self, Tensor other", ops_shapes.maximum),
+    CortexMOp("quantized_linear", "Tensor input, Tensor weights, Tensor? bias, Tensor? kernel_sum, int input_offset, "
+              "int filter_offset, int output_offset, int[] requantize_multipliers, int[] requantize_shifts, "
+              "int activation_max, int activation_min", ops_shapes.quantized_linear),
+    CortexMOp("softmax", "Tensor input, int dim, int input_zero_point, int output_zero_point, int input_multiplier, "
+              "int input_shift, int diff_min", ops_shapes.softmax),
+    CortexMOp("transpose", "Tensor input, int[] perm", ops_shapes.transpose),
+    CortexMOp("pad", "Tensor input, int[] pre_pad, int[] post_pad, int pad_value", ops_shapes.pad),
+    CortexMOp("quantized_conv2d", _CONV, ops_shapes.quantized_conv2d),
+    CortexMOp("quantized_conv2d_nhwc", _CONV, ops_shapes.quantized_conv2d_nhwc),
+    CortexMOp("quantized_depthwise_conv2d", _DEPTHWISE, ops_shapes.quantized_depthwise_conv2d),
+    CortexMOp("quantized_depthwise_conv2d_nhwc", _DEPTHWISE, ops_shapes.quantized_depthwise_conv2d_nhwc),
+    CortexMOp("quantized_transpose_conv2d", _TRANSPOSE_CONV, ops_shapes.quantized_transpose_conv2d),
+    CortexMOp("quantized_transpose_conv2d_nhwc", _TRANSPOSE_CONV, ops_shapes.quantized_transpose_conv2d_nhwc),
+    CortexMOp("quantized_avg_pool2d", _AVG_POOL, ops_shapes.quantized_avg_pool2d),
+    CortexMOp("quantized_avg_pool2d_nhwc", _AVG_POOL, ops_shapes.quantized_avg_pool2d_nhwc),
+    CortexMOp("quantized_max_pool2d", _MAX_POOL, ops_shapes.quantized_max_pool2d),
+    CortexMOp("quantized_max_pool2d_nhwc", _MAX_POOL, ops_shapes.quantized_max_pool2d_nhwc),
+    CortexMOp("quantized_batch_matmul", "Tensor lhs, int lhs_zero_point, Tensor rhs_transposed, int rhs_zero_point, "
+              "int output_zero_point, int output_multiplier, int output_shift, Tensor scratch",
+              ops_shapes.quantized_batch_matmul),
+)
+
+
+def _defined_schema(name: str, overload: str) -> torch.FunctionSchema | None:
+    try:
+        return torch._C._get_schema(f"{NAMESPACE}::{name}", overload)
+    except RuntimeError:  # "Found no matching schema"
+        return None
+
+
+def _define(library: Library, schema: str) -> bool:
+    """Define ``schema`` unless it already is; True when this call defined it. An existing definition must
+    equal ours."""
+    ours = torch._C.parse_schema(f"{NAMESPACE}::{schema}")
+    theirs = _defined_schema(ours.name.partition("::")[2], ours.overload_name)
+    if theirs is None:
+        library.define(schema)
+        return True
+    if str(theirs) != str(ours):
+        raise SchemaMismatch(ours.name + (f".{ours.overload_name}" if ours.overload_name else ""), str(theirs),
+                             str(ours))
+    return False
+
+
+def _define_missing() -> Library:
+    """One FRAGMENT library holding every definition (and its fake) that nobody else provides yet."""
+    library = Library(NAMESPACE, "FRAGMENT")
+    for op in OPS:
+        if _define(library, op.schema):
+            torch.library.register_fake(f"{NAMESPACE}::{op.name}", op.fake, lib=library)
+        _define(library, op.out_schema)
+    return library
+
+
+class _StepAsideLoader(importlib.abc.Loader):
+    """ExecuTorch's loader for its op module, run with our definitions out of its way (module docstring)."""
+
+    def __init__(self, loader: importlib.abc.Loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        global _definitions
+        _definitions._destroy()
+        try:
+            self._loader.exec_module(module)
+        finally:
+            _definitions = _define_missing()
+
+    def __getattr__(self, name):  # get_source, get_filename, ... for inspect and tracebacks
+        return getattr(self._loader, name)
+
+
+class _StepAside(importlib.abc.MetaPathFinder):
+    """Finds ExecuTorch's cortex_m op module with the other finders and wraps its loader; no other module."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != EXECUTORCH_OPS_MODULE:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                spec.loader = _StepAsideLoader(spec.loader)
+                return spec
+        return None
+
+
+_definitions = _define_missing()
+if EXECUTORCH_OPS_MODULE not in sys.modules:
+    sys.meta_path.insert(0, _StepAside())

@@ -65,3 +65,15 @@ def softmax(x: np.ndarray, params: SoftmaxParams) -> np.ndarray:
     output = rounding_divide_by_pot(product, num_bits_over_unit + 31 - 8) + INT8_MIN
     output = np.where(params.included[index], output, INT8_MIN)
     return np.clip(output, INT8_MIN, INT8_MAX).astype(np.int8)
+
+
+def prepare_softmax_fixed_point(multiplier: int, left_shift: int, diff_min: int) -> SoftmaxParams:
+    """The same tables from the integer parameters CMSIS-NN's ``arm_softmax_s8`` takes (the ones
+    ``prepare_softmax`` derives from the input scale)."""
+    diffs = -np.arange(256, dtype=np.int64)
+    rescaled = saturating_rounding_doubling_high_mul(diffs << left_shift, multiplier)
+    exp = fixedpoint.exp_on_negative_values(rescaled, SCALED_DIFF_INTEGER_BITS)
+    included = diffs >= diff_min
+    exp = np.where(included, exp, 0)
+    exp_q12 = np.where(included, fixedpoint.rescale(exp, 0, ACCUMULATION_INTEGER_BITS), 0)
+    return SoftmaxParams(exp, exp_q12, included)

@@ -33,14 +33,14 @@ _aten = torch.ops.aten
 # does not take it: linear, upsample and reflection pads have portable kernels; hardswish is always int8
 # (a Compute rule) and the NPU takes every int8 hardswish; prelu (no portable kernel) is kept only when
 # every one is int8.
-_KEEP_WHOLE = (_aten.linear.default, _aten.hardswish.default, _aten.upsample_nearest2d.vec,
+KEEP_WHOLE = (_aten.linear.default, _aten.hardswish.default, _aten.upsample_nearest2d.vec,
                _aten.upsample_bilinear2d.vec, _aten.reflection_pad1d.default, _aten.reflection_pad2d.default)
 _KEEP_WHEN_ALL_INT8 = (_aten.prelu.default,)
 
 
 def ops_to_keep_whole(program: ExportedProgram) -> list[torch._ops.OpOverload]:
     """The aten ops ``to_edge`` must not decompose in ``program`` (``EdgeCompileConfig.preserve_ops``)."""
-    keep = list(_KEEP_WHOLE)
+    keep = list(KEEP_WHOLE)
     for op in _KEEP_WHEN_ALL_INT8:
         nodes = [n for n in program.graph.nodes if n.op == "call_function" and n.target == op]
         if nodes and all(all(is_dequantize_aten(a) for a in tensor_args(n)) for n in nodes):

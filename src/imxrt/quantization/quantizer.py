@@ -13,6 +13,8 @@ from torchao.quantization.pt2e.quantizer import (
 from imxrt.quantization import rules, specs
 
 _ANNOTATION = "quantization_annotation"
+# Graph-module meta key: the rule table composed from every ImxrtQuantizer about to annotate the graph.
+_COMPOSED_RULES = "imxrt_quantization_rules"
 
 
 def _tensor_inputs(node: Node) -> list[Node]:
@@ -36,20 +38,38 @@ class ImxrtQuantizer(Quantizer):
 
     Beyond the upstream Neutron quantizer: ``mul`` operands keep calibrated qparams, and an op that
     shares qparams with a fixed-qparam producer (softmax -> mean) is annotated like any other.
+
+    Composable: when ExecuTorch's recipe API composes several (``ComposableQuantizer``: the NPU recipe's
+    and the Cortex-M recipe's), every one first adds its table to the graph's composed table
+    (``transform_for_annotation`` runs for all before any ``annotate``), then the first to annotate
+    applies the composed table and the others find nothing left. The result is the one a single quantizer
+    with the composed table gives, whatever the order: a node's annotation can depend on its producer's,
+    so annotating device by device would not be.
     """
 
-    def __init__(self, target=None, qat: bool = False):
-        """``target``: whose devices' rules apply (default: the i.MX RT700's NPU and Cortex-M33)."""
+    def __init__(self, target=None, qat: bool = False, rule_table: rules.RuleTable | None = None):
+        """``target``: whose devices' rules apply (default: the i.MX RT700's NPU and Cortex-M33);
+        ``rule_table``: one device's table instead (the recipes' per-device quantizers)."""
         super().__init__()
-        self.rules = rules.rules_for(target) if target is not None else rules.compose(rules.NPU_RULES,
-                                                                                        rules.CPU_RULES)
+        if rule_table is not None:
+            self.rules = dict(rule_table)
+        elif target is not None:
+            self.rules = rules.rules_for(target)
+        else:
+            self.rules = rules.compose(rules.NPU_RULES, rules.CPU_RULES)
         self.qat = qat
 
+    def transform_for_annotation(self, model: GraphModule) -> GraphModule:
+        composed = model.meta.get(_COMPOSED_RULES)
+        model.meta[_COMPOSED_RULES] = self.rules if composed is None else rules.compose(composed, self.rules)
+        return model
+
     def annotate(self, model: GraphModule) -> GraphModule:
+        table = model.meta.get(_COMPOSED_RULES, self.rules)
         for node in model.graph.nodes:
             if node.op != "call_function" or _ANNOTATION in node.meta:
                 continue
-            rule = self.rules.get(node.target)
+            rule = table.get(node.target)
             if rule is None or not _is_float_tensor(node):
                 continue
             self._annotate(node, rule)
@@ -59,6 +79,7 @@ class ImxrtQuantizer(Quantizer):
         pass
 
     def _annotate(self, node: Node, rule: rules.Rule) -> None:
+        """Annotate ``node`` (and a fused activation after it)."""
         act = specs.activation_spec(self.qat)
         inputs = _tensor_inputs(node)
         in_spec = lambda arg: self._input_spec(arg, act)  # noqa: E731

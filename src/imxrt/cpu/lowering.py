@@ -1,0 +1,129 @@
+"""CPU lowering stage: every int8 cluster the NPU left becomes a cortex_m op (CMSIS-NN) or an int8 portable op.
+
+Runs after ``to_backend(NpuPartitioner)`` (on a CPU-only target, on the whole quantized edge graph):
+
+    dq(x) -> convolution(dq(w), dq(b)) -> relu -> q     =>  cortex_m.quantized_conv2d(x, w_ohwi, ...)
+    dq(x) -> view_copy -> q   (same qparams)             =>  aten.view_copy(x)            (int8, portable)
+    x -> quantize_per_tensor                             =>  cortex_m.quantize_per_tensor(x)
+    dq(x) -> lstm ... -> q                               =>  unchanged: float, with the reason in the log
+
+Steps, in order: (1) rewrite each cluster through its row in ``lowering_rules.CPU_KERNELS``; (2) the
+remaining quantize/dequantize (model boundary, float islands) become cortex_m's; (3) decide the dim order
+of every activation once (``lowering_layout``); (4) drop the constants nothing reads any more, so the
+float-era weights are not serialized. Each CPU compute node's verdict goes into the ``PlacementLog``.
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+
+import torch
+from executorch.exir import EdgeProgramManager
+from torch.fx import Node
+
+from imxrt.cpu.isa import Isa
+from imxrt.cpu.lowering_graph import Editor
+from imxrt.cpu.lowering_layout import assign_dim_orders
+from imxrt.cpu.lowering_rules import POINTWISE, NotLowered, Rewrite, cortex_m, row_for
+from imxrt.npu.partitioner import PlacementLog
+from imxrt.npu.support import not_quantized_reason, op_name
+from imxrt.passes.qdq import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR, find_clusters, is_compute
+
+_BOUNDARY = {QUANTIZE_PER_TENSOR: "quantize_per_tensor", DEQUANTIZE_PER_TENSOR: "dequantize_per_tensor"}
+
+
+def lower_to_cortex_m(edge: EdgeProgramManager, isa: Isa, placement_log: PlacementLog) -> EdgeProgramManager:
+    """A new program where every int8 cluster outside the NPU delegates runs a cortex_m kernel for ``isa``
+    (or, for data movement, the portable kernel in int8); ``edge`` is left as it was."""
+    import imxrt.cpu.ops  # noqa: F401  (registers the cortex_m ops)
+
+    program = copy.deepcopy(edge.exported_program())
+    editor = Editor(program)
+    graph = editor.graph
+    clusters = find_clusters(graph)
+    for node in list(graph.nodes):
+        if node.graph is not graph or not _is_edge_compute(node):
+            continue  # erased as part of an earlier cluster, or not an op of the edge graph
+        cluster = clusters.get(node)
+        if cluster is None:
+            _record(placement_log, node, f"runs in float on the CPU: {not_quantized_reason(node)}")
+            continue
+        if node is not cluster.anchor:
+            continue
+        row = row_for(node)
+        if row is None:
+            _record_cluster(placement_log, cluster.ops,
+                            f"runs in float on the CPU: {op_name(node)} has no int8 Cortex-M kernel")
+            continue
+        try:
+            replacement = row.lower(Rewrite(editor, isa, cluster))
+        except NotLowered as e:
+            _record_cluster(placement_log, cluster.ops, f"runs in float on the CPU: {row.kernel} cannot take "
+                                                        f"it: {e}")
+            continue
+        kernel = op_name(replacement)
+        replacement.meta["cpu_kernel"] = kernel
+        _record_cluster(placement_log, cluster.ops, f"runs in int8 on the CPU as {kernel}"
+                        + (" (lookup table)" if row is POINTWISE else ""))
+        _replace_cluster(cluster, replacement)
+
+    _convert_boundary_qdq(editor)
+    graph.eliminate_dead_code()
+    assign_dim_orders(graph)
+    editor.remove_dead_constants()
+    program.graph_module.recompile()
+    return EdgeProgramManager({"forward": program}, edge._config_methods, compile_config=edge.compile_config)
+
+
+def _is_edge_compute(node: Node) -> bool:
+    """A compute op of the edge graph (not a Q/DQ, getitem, delegate call or scratch alloc)."""
+    return is_compute(node) and getattr(node.target, "__name__", "") != "executorch_call_delegate" and \
+        hasattr(node.target, "_op")
+
+
+def _replace_cluster(cluster, replacement: Node) -> None:
+    """Point the cluster's readers at ``replacement`` and erase the cluster (its dequantizes only when
+    nothing else reads them)."""
+    for q in cluster.quantizes:
+        q.replace_all_uses_with(replacement)
+    graph = replacement.graph
+    for q in cluster.quantizes:
+        graph.erase_node(q)
+    if cluster.activation is not None:
+        graph.erase_node(cluster.activation)
+    for user in list(cluster.anchor.users):  # getitems of a multi-output anchor
+        if user.target is operator.getitem and not user.users:
+            graph.erase_node(user)
+    if not cluster.anchor.users:
+        graph.erase_node(cluster.anchor)
+    for dq in cluster.dequantizes:
+        if not dq.users and dq.graph is graph:
+            graph.erase_node(dq)
+
+
+def _convert_boundary_qdq(editor: Editor) -> None:
+    """Remaining int8 quantize/dequantize (model I/O, edges of float islands) -> cortex_m's, same args."""
+    for node in list(editor.graph.nodes):
+        name = _BOUNDARY.get(node.target) if node.op == "call_function" else None
+        if name is None or node.args[5] != torch.int8:
+            continue
+        replacement = editor.call(cortex_m(name), node.args, node.meta["val"], [node], before=node)
+        replacement.meta["cpu_kernel"] = op_name(replacement)
+        node.replace_all_uses_with(replacement)
+        editor.graph.erase_node(node)
+
+
+def _record(log: PlacementLog, node: Node, cpu: str) -> None:
+    """Keep the NPU's verdict (why not there) and add where the op runs on the CPU."""
+    previous = log.decisions.get(node.name)
+    if previous is not None and previous.npu:
+        return  # delegated after all: not in this graph
+    reason = f"{previous.reason}; {cpu}" if previous is not None else cpu
+    log.record(node, False, reason)
+    node.meta["cpu_reason"] = cpu
+
+
+def _record_cluster(log: PlacementLog, nodes, cpu: str) -> None:
+    for node in nodes:
+        _record(log, node, cpu)

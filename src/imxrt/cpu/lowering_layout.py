@@ -1,0 +1,110 @@
+"""CPU lowering, layout: which int8 activations are stored channels_last, decided once over the whole graph.
+
+Decision. Tensors keep the edge graph's NCHW logical shapes; the cortex_m conv and pool ops (the
+non-``_nhwc`` variants) read and write them with the channels_last dim order ``[0, 2, 3, 1]`` (NHWC bytes,
+what CMSIS-NN computes on). So a rank-4 tensor is channels_last exactly when its producer is one of those
+ops, or a layout-agnostic elementwise op (add, mul, lookup-table activations, min/max, pad) reading a
+channels_last tensor. Every other op (view/reshape, linear, softmax, transpose, the portable data-movement
+kernels, the quantize/dequantize at the model boundary, NPU delegate calls, the model outputs) takes
+contiguous tensors. One ``_to_dim_order_copy`` per value and dim order converts where producer and consumer
+disagree: a CNN gets one after its input quantize and one where its spatial part ends (before the flatten
+or the classifier), and none between its convolutions, pools and residual adds.
+
+    q = cortex_m.quantize_per_tensor(x)                     # contiguous, model input
+    q_cl = _to_dim_order_copy(q, dim_order=[0, 2, 3, 1])
+    y = cortex_m.quantized_conv2d(q_cl, ...)                # channels_last in and out
+    z = cortex_m.quantized_add(y, y2, ...)                  # follows its inputs: channels_last
+    z_c = _to_dim_order_copy(z, dim_order=[0, 1, 2, 3])
+    f = aten.view_copy(z_c, [1, -1])                        # contiguous
+"""
+
+from __future__ import annotations
+
+import torch
+from executorch.exir import memory
+from executorch.exir.dialects._ops import ops as exir_ops
+from torch.fx import Graph, Node
+
+from imxrt.cpu.lowering_graph import inherit_provenance
+from imxrt.cpu.lowering_rules import cortex_m
+
+CHANNELS_LAST = (0, 2, 3, 1)
+CONTIGUOUS = (0, 1, 2, 3)
+TO_DIM_ORDER_COPY = exir_ops.edge.dim_order_ops._to_dim_order_copy.default
+
+
+def spatial_ops() -> frozenset:
+    """Ops whose first input and output are channels_last (NCHW logical)."""
+    return frozenset(cortex_m(name) for name in (
+        "quantized_conv2d", "quantized_depthwise_conv2d", "quantized_transpose_conv2d",
+        "quantized_avg_pool2d", "quantized_max_pool2d"))
+
+
+def agnostic_ops() -> frozenset:
+    """Elementwise ops that work on the bytes in either order, as long as all operands share it."""
+    return frozenset(cortex_m(name) for name in (
+        "quantized_add", "quantized_mul", "quantized_activation", "minimum", "maximum", "pad"))
+
+
+def _value(node: object) -> torch.Tensor | None:
+    value = node.meta.get("val") if isinstance(node, Node) else None
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _rank4(node: object) -> bool:
+    value = _value(node)
+    return value is not None and value.dim() == 4
+
+
+def _with_order(value: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
+    fmt = torch.channels_last if order == CHANNELS_LAST else torch.contiguous_format
+    return value.contiguous(memory_format=fmt) if value.dim() == 4 else value
+
+
+def assign_dim_orders(graph: Graph) -> int:
+    """Set every rank-4 value's dim order as decided above and insert the copies; returns how many."""
+    spatial, agnostic = spatial_ops(), agnostic_ops()
+    order: dict[Node, tuple[int, ...]] = {}
+    copies: dict[tuple[Node, tuple[int, ...]], Node] = {}
+
+    def converted(arg: Node, wanted: tuple[int, ...], consumer: Node) -> Node:
+        if order.get(arg, CONTIGUOUS) == wanted:
+            return arg
+        key = (arg, wanted)
+        if key not in copies:
+            with graph.inserting_after(arg):
+                copy = graph.call_function(TO_DIM_ORDER_COPY, (arg,), {"dim_order": list(wanted)})
+            copy.meta["val"] = _with_order(arg.meta["val"], wanted)
+            inherit_provenance(copy, [consumer])
+            order[copy] = wanted
+            copies[key] = copy
+        return copies[key]
+
+    for node in list(graph.nodes):
+        if node.op not in ("call_function", "output") or node.target is memory.alloc or \
+                node.target is TO_DIM_ORDER_COPY:
+            continue
+        rank4_inputs = [a for a in node.all_input_nodes if _rank4(a)]
+        if node.target in spatial:
+            wanted, produced = {node.args[0]: CHANNELS_LAST}, CHANNELS_LAST
+        elif node.target in agnostic:
+            produced = CHANNELS_LAST if any(order.get(a) == CHANNELS_LAST for a in rank4_inputs) else CONTIGUOUS
+            wanted = {a: produced for a in rank4_inputs}
+        else:
+            wanted, produced = {a: CONTIGUOUS for a in rank4_inputs}, CONTIGUOUS
+        if any(order.get(a, CONTIGUOUS) != w for a, w in wanted.items()):
+            node.args = _map_nodes(node.args, wanted, node, converted)
+        if node.target == cortex_m("pad") and produced == CHANNELS_LAST:
+            x, pre, post, value = node.args
+            node.args = (x, [pre[i] for i in CHANNELS_LAST], [post[i] for i in CHANNELS_LAST], value)
+        if node.op == "call_function" and _rank4(node):
+            order[node] = produced
+            node.meta["val"] = _with_order(node.meta["val"], produced)
+    return len(copies)
+
+
+def _map_nodes(args, wanted: dict, consumer: Node, converted):
+    """``args`` with each node in ``wanted`` replaced by its copy in the wanted dim order."""
+    if isinstance(args, (list, tuple)):
+        return type(args)(_map_nodes(a, wanted, consumer, converted) for a in args)
+    return converted(args, wanted[args], consumer) if isinstance(args, Node) and args in wanted else args

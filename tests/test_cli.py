@@ -23,6 +23,12 @@ def example_inputs():
 
 BAD_SOURCES = {
     "no_model": ("def example_inputs():\n    return ()\n", "defines no model() function"),
+    "float64_model": (TINY.replace(".eval()", ".double().eval()").replace(
+                          "generator=torch.Generator().manual_seed(1))", "generator=torch.Generator().manual_seed(1),"
+                                                                         " dtype=torch.float64)"),
+                      "example input 0 is torch.float64; imxrt quantizes float32 models"),
+    "float16_weights": (TINY.replace(".eval()", ".half().eval()"),
+                        "parameter 0.weight is torch.float16; imxrt quantizes float32 models"),
     "integer_input": (TINY.replace("torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(1))",
                                    "torch.ones(1, 3, 6, 6, dtype=torch.int32)"),
                       "example input 0 is torch.int32"),
@@ -66,6 +72,15 @@ def test_bad_source_is_one_line_exit_1_and_no_output(case, tmp_path, capsys):
     assert err[-1].startswith("imxrt: error: ") and words in err[-1], err
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["source.py"], "a staging folder was left behind"
+
+
+@pytest.mark.parametrize(("target", "isa"), [("cortex-m0", "mve"), ("imxrt700", "mve"), ("cortex-m4", "scalar")])
+def test_an_isa_the_core_cannot_run_is_one_line_naming_the_core(target, isa, tmp_path, capsys):
+    out = tmp_path / "out"
+    status = main(["compile", str(_write(tmp_path, TINY)), "--target", target, "--isa", isa, "-o", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == EXIT_USER_ERROR and not out.exists()
+    assert err[-1].startswith("imxrt: error: --isa") and "cannot run the" in err[-1], err
 
 
 def test_unknown_target_lists_valid_ones(tmp_path, capsys):
@@ -144,3 +159,19 @@ def test_non_positive_calibration_samples_is_an_option_error(tmp_path, capsys):
     path.write_text(TINY)
     assert main(["compile", str(path), "-o", str(tmp_path / "o"), "--calibration-samples", "0"]) == EXIT_USER_ERROR
     assert "--calibration-samples" in capsys.readouterr().err
+
+
+def test_a_tensor_larger_than_the_target_sram_is_one_line_naming_its_node(tmp_path, capsys):
+    """A 1x3x1400x1400 float input is 23.5 MB: more than the RT700's 7.5 MiB before anything is planned."""
+    text = textwrap.dedent("""
+        import torch
+        def model():
+            return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3)).eval()
+        def example_inputs():
+            return (torch.randn(1, 3, 1400, 1400),)
+        """)
+    out = tmp_path / "out"
+    status = main(["compile", str(_write(tmp_path, text)), "--target", "imxrt700-cpu", "-o", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == EXIT_USER_ERROR and not out.exists()
+    assert err[-1].startswith("imxrt: error: model: node ") and "more than the 7,864,320 bytes of SRAM" in err[-1], err

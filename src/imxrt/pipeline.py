@@ -23,6 +23,7 @@ from torch.export import ExportedProgram
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 from imxrt.errors import BadModel, BadOption
+from imxrt.memory.budget import check_tensors_fit
 from imxrt.npu.backend import stamp_delegate_ids
 from imxrt.npu.partitioner import NpuPartitioner, PlacementLog, ops_to_keep_whole
 from imxrt.passes import EDGE_PASSES, run_aten_passes
@@ -110,6 +111,7 @@ def compile(
         quantized = quantize(exported, example_inputs, calibration, options, target)
     with _timed(seconds, "lower"):
         edge = lower(quantized, target, options, placement_log)
+    check_tensors_fit(edge.exported_program(), target)
     # Read the placement before serialization: to_executorch rewrites the edge graph in place.
     report, partitions = placement.build_report(edge, placement_log, target, options.neutron_compiler)
     with _timed(seconds, "serialize"):
@@ -137,10 +139,16 @@ def check_inputs(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor])
         if not x.dtype.is_floating_point:
             raise BadModel(f"example input {index} is {x.dtype}; give the float model and float inputs, "
                            "imxrt quantizes them itself")
+        if x.dtype != torch.float32:
+            raise BadModel(f"example input {index} is {x.dtype}; imxrt quantizes float32 models: pass "
+                           "float32 inputs (x.float()) and a float32 model (model.float())")
     for name, p in list(model.named_parameters()) + list(model.named_buffers()):
-        if p.dtype.is_floating_point or p.dtype in (torch.int64, torch.bool):
+        if p.dtype in (torch.int64, torch.bool):
             continue  # BatchNorm's num_batches_tracked is int64
-        raise BadModel(f"parameter {name} is {p.dtype}; give the float model, imxrt quantizes it itself")
+        if not p.dtype.is_floating_point:
+            raise BadModel(f"parameter {name} is {p.dtype}; give the float model, imxrt quantizes it itself")
+        if p.dtype != torch.float32:
+            raise BadModel(f"parameter {name} is {p.dtype}; imxrt quantizes float32 models: call model.float()")
     return example_inputs
 
 

@@ -1,0 +1,1 @@
+"""Memory stage: what a program needs of the target's SRAM and flash."""

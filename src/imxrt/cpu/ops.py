@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import torch
 from torch.library import Library
 
-from imxrt.cpu import ops_shapes
+from imxrt.cpu import ops_reference as reference
+from imxrt.cpu import ops_shapes as shapes
 from imxrt.errors import ImxrtError
 
 NAMESPACE = "cortex_m"
@@ -59,6 +60,7 @@ class CortexMOp:
     name: str
     arguments: str
     fake: Callable[..., torch.Tensor]
+    reference: Callable[..., torch.Tensor]  # the logical result, any strides
     returns: str = "Tensor"
 
     @property
@@ -87,39 +89,49 @@ _MAX_POOL = ("Tensor input, int[] kernel_size, int[] stride, int[] padding, int[
              "int input_zero_point, int output_zero_point, int activation_min, int activation_max")
 
 OPS: tuple[CortexMOp, ...] = (
-    CortexMOp("quantize_per_tensor", _QUANTIZE, ops_shapes.quantize_per_tensor, returns="(Tensor Z)"),
-    CortexMOp("dequantize_per_tensor", _QUANTIZE, ops_shapes.dequantize_per_tensor, returns="(Tensor Z)"),
+    CortexMOp("quantize_per_tensor", _QUANTIZE, shapes.quantize_per_tensor, reference.quantize_per_tensor,
+              returns="(Tensor Z)"),
+    CortexMOp("dequantize_per_tensor", _QUANTIZE, shapes.dequantize_per_tensor, reference.dequantize_per_tensor,
+              returns="(Tensor Z)"),
     CortexMOp("quantized_add", "Tensor self, int self_zero_point, int self_multiplier, int self_shift, "
               "Tensor other, int other_zero_point, int other_multiplier, int other_shift, int output_zero_point, "
               "int output_multiplier, int output_shift, int activation_min, int activation_max",
-              ops_shapes.quantized_add),
+              shapes.quantized_add, reference.quantized_add),
     CortexMOp("quantized_mul", "Tensor self, int self_zero_point, Tensor other, int other_zero_point, "
-              "int output_zero_point, int output_multiplier, int output_shift", ops_shapes.quantized_mul),
+              "int output_zero_point, int output_multiplier, int output_shift",
+              shapes.quantized_mul, reference.quantized_mul),
     CortexMOp("quantized_div", "Tensor self, int self_zero_point, Tensor other, int other_zero_point, "
-              "int output_zero_point, float output_scale", ops_shapes.quantized_div),
-    CortexMOp("quantized_activation", "Tensor input, Tensor lut", ops_shapes.quantized_activation),
-    CortexMOp("minimum", "Tensor self, Tensor other", ops_shapes.minimum),
-    CortexMOp("maximum", "Tensor self, Tensor other", ops_shapes.maximum),
+              "int output_zero_point, float output_scale", shapes.quantized_div, reference.quantized_div),
+    CortexMOp("quantized_activation", "Tensor input, Tensor lut",
+              shapes.quantized_activation, reference.quantized_activation),
+    CortexMOp("minimum", "Tensor self, Tensor other", shapes.minimum, reference.minimum),
+    CortexMOp("maximum", "Tensor self, Tensor other", shapes.maximum, reference.maximum),
     CortexMOp("quantized_linear", "Tensor input, Tensor weights, Tensor? bias, Tensor? kernel_sum, int input_offset, "
               "int filter_offset, int output_offset, int[] requantize_multipliers, int[] requantize_shifts, "
-              "int activation_max, int activation_min", ops_shapes.quantized_linear),
+              "int activation_max, int activation_min", shapes.quantized_linear, reference.quantized_linear),
     CortexMOp("softmax", "Tensor input, int dim, int input_zero_point, int output_zero_point, int input_multiplier, "
-              "int input_shift, int diff_min", ops_shapes.softmax),
-    CortexMOp("transpose", "Tensor input, int[] perm", ops_shapes.transpose),
-    CortexMOp("pad", "Tensor input, int[] pre_pad, int[] post_pad, int pad_value", ops_shapes.pad),
-    CortexMOp("quantized_conv2d", _CONV, ops_shapes.quantized_conv2d),
-    CortexMOp("quantized_conv2d_nhwc", _CONV, ops_shapes.quantized_conv2d_nhwc),
-    CortexMOp("quantized_depthwise_conv2d", _DEPTHWISE, ops_shapes.quantized_depthwise_conv2d),
-    CortexMOp("quantized_depthwise_conv2d_nhwc", _DEPTHWISE, ops_shapes.quantized_depthwise_conv2d_nhwc),
-    CortexMOp("quantized_transpose_conv2d", _TRANSPOSE_CONV, ops_shapes.quantized_transpose_conv2d),
-    CortexMOp("quantized_transpose_conv2d_nhwc", _TRANSPOSE_CONV, ops_shapes.quantized_transpose_conv2d_nhwc),
-    CortexMOp("quantized_avg_pool2d", _AVG_POOL, ops_shapes.quantized_avg_pool2d),
-    CortexMOp("quantized_avg_pool2d_nhwc", _AVG_POOL, ops_shapes.quantized_avg_pool2d_nhwc),
-    CortexMOp("quantized_max_pool2d", _MAX_POOL, ops_shapes.quantized_max_pool2d),
-    CortexMOp("quantized_max_pool2d_nhwc", _MAX_POOL, ops_shapes.quantized_max_pool2d_nhwc),
+              "int input_shift, int diff_min", shapes.softmax, reference.softmax),
+    CortexMOp("transpose", "Tensor input, int[] perm", shapes.transpose, reference.transpose),
+    CortexMOp("pad", "Tensor input, int[] pre_pad, int[] post_pad, int pad_value", shapes.pad, reference.pad),
+    CortexMOp("quantized_conv2d", _CONV, shapes.quantized_conv2d, reference.quantized_conv2d),
+    CortexMOp("quantized_conv2d_nhwc", _CONV, shapes.quantized_conv2d_nhwc, reference.quantized_conv2d_nhwc),
+    CortexMOp("quantized_depthwise_conv2d", _DEPTHWISE,
+              shapes.quantized_depthwise_conv2d, reference.quantized_depthwise_conv2d),
+    CortexMOp("quantized_depthwise_conv2d_nhwc", _DEPTHWISE,
+              shapes.quantized_depthwise_conv2d_nhwc, reference.quantized_depthwise_conv2d_nhwc),
+    CortexMOp("quantized_transpose_conv2d", _TRANSPOSE_CONV,
+              shapes.quantized_transpose_conv2d, reference.quantized_transpose_conv2d),
+    CortexMOp("quantized_transpose_conv2d_nhwc", _TRANSPOSE_CONV,
+              shapes.quantized_transpose_conv2d_nhwc, reference.quantized_transpose_conv2d_nhwc),
+    CortexMOp("quantized_avg_pool2d", _AVG_POOL, shapes.quantized_avg_pool2d, reference.quantized_avg_pool2d),
+    CortexMOp("quantized_avg_pool2d_nhwc", _AVG_POOL,
+              shapes.quantized_avg_pool2d_nhwc, reference.quantized_avg_pool2d_nhwc),
+    CortexMOp("quantized_max_pool2d", _MAX_POOL, shapes.quantized_max_pool2d, reference.quantized_max_pool2d),
+    CortexMOp("quantized_max_pool2d_nhwc", _MAX_POOL,
+              shapes.quantized_max_pool2d_nhwc, reference.quantized_max_pool2d_nhwc),
     CortexMOp("quantized_batch_matmul", "Tensor lhs, int lhs_zero_point, Tensor rhs_transposed, int rhs_zero_point, "
               "int output_zero_point, int output_multiplier, int output_shift, Tensor scratch",
-              ops_shapes.quantized_batch_matmul),
+              shapes.quantized_batch_matmul, reference.quantized_batch_matmul),
 )
 
 
@@ -144,13 +156,49 @@ def _define(library: Library, schema: str) -> bool:
     return False
 
 
+def _functional_kernel(op: CortexMOp) -> Callable[..., torch.Tensor]:
+    def run(*args):
+        return op.fake(*args).copy_(op.reference(*args))
+
+    return run
+
+
+def _out_kernel(op: CortexMOp) -> Callable[..., torch.Tensor]:
+    """Writes the logical result into ``out``, which may be any strided view (an arena slot)."""
+
+    def run(*args, out):
+        result = op.reference(*args)
+        if out.shape != result.shape or out.dtype != result.dtype:
+            raise reference.BadKernelArguments(f"{op.name}.out", f"out is {tuple(out.shape)} {out.dtype}, the "
+                                                                 f"result {tuple(result.shape)} {result.dtype}")
+        return out.copy_(result)
+
+    return run
+
+
+def _out_meta(*args, out):
+    return out
+
+
 def _define_missing() -> Library:
-    """One FRAGMENT library holding every definition (and its fake) that nobody else provides yet."""
+    """One FRAGMENT library holding every definition that nobody else provides yet, with its fake and
+    functional implementation."""
     library = Library(NAMESPACE, "FRAGMENT")
     for op in OPS:
         if _define(library, op.schema):
             torch.library.register_fake(f"{NAMESPACE}::{op.name}", op.fake, lib=library)
+            library.impl(op.name, _functional_kernel(op), "CompositeExplicitAutograd")
         _define(library, op.out_schema)
+    return library
+
+
+def _register_out_kernels() -> Library:
+    """The ``.out`` kernels the host runtime calls: ours whoever holds the definitions (ExecuTorch's module
+    registers none for them)."""
+    library = Library(NAMESPACE, "FRAGMENT")
+    for op in OPS:
+        library.impl(f"{op.name}.out", _out_kernel(op), "CPU")
+        library.impl(f"{op.name}.out", _out_meta, "Meta")
     return library
 
 
@@ -192,5 +240,6 @@ class _StepAside(importlib.abc.MetaPathFinder):
 
 
 _definitions = _define_missing()
+_out_kernels = _register_out_kernels()
 if EXECUTORCH_OPS_MODULE not in sys.modules:
     sys.meta_path.insert(0, _StepAside())

@@ -1,0 +1,334 @@
+"""CPU reference implementations of the cortex_m ops: what ExecuTorch's Cortex-M kernels compute on the
+device (CMSIS-NN, double rounding), on imxrt's int8 kernel library.
+
+Each function takes the op's schema arguments (without ``out``) as torch values and returns the logical
+result; the op library copies it into ``out``, whatever its strides. Layout: non-``_nhwc`` ops see
+NCHW-logical tensors (channels_last in memory on the device), ``_nhwc`` ops NHWC-logical ones; the kernels
+work on NHWC numpy arrays, so the NCHW variants permute on the way in and out. Argument conventions
+(reference/cortex_m.md): conv family and linear take ``input_offset = -zp_in`` and ``output_offset = zp_out``;
+add, mul, max_pool and softmax take raw zero points; batch matmul takes negated zero points.
+Arguments the device kernel rejects raise ``BadKernelArguments``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from imxrt.cpu import ops_shapes
+from imxrt.errors import ImxrtError
+from imxrt.kernels import conv, elementwise, fully_connected, movement, pooling
+from imxrt.kernels import softmax as softmax_kernel
+from imxrt.kernels.requantize import INT8_MAX, INT8_MIN, round_half_away
+
+SOFTMAX_OUTPUT_ZERO_POINT = -128  # arm_softmax_s8 writes on scale 1/256, zero point -128
+
+
+class BadKernelArguments(ImxrtError):
+    """A cortex_m op was called with arguments its device kernel refuses (the board fails the same call)."""
+
+    def __init__(self, op: str, problem: str):
+        super().__init__(f"cortex_m::{op}: {problem}")
+        self.op = op
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.detach().contiguous().numpy()
+
+
+def _nhwc(tensor: torch.Tensor) -> np.ndarray:
+    """An NCHW-logical tensor's values in NHWC order."""
+    return _numpy(tensor.permute(0, 2, 3, 1))
+
+
+def _from_nhwc(array: np.ndarray) -> torch.Tensor:
+    """NHWC values as an NCHW-logical tensor (channels_last strides: no copy)."""
+    return torch.from_numpy(np.ascontiguousarray(array)).permute(0, 3, 1, 2)
+
+
+def _nchw_of(nhwc_reference):
+    """The NCHW-logical op of an ``_nhwc`` reference: same arguments, input and result permuted."""
+
+    def reference(input, *args):
+        return _from_nhwc(_numpy(nhwc_reference(input.permute(0, 2, 3, 1), *args)))
+
+    return reference
+
+
+def _pair(values) -> tuple[int, int]:
+    values = [int(v) for v in values]
+    return (values[0], values[0]) if len(values) == 1 else (values[0], values[1])
+
+
+def _int8(op: str, *tensors: torch.Tensor) -> None:
+    for tensor in tensors:
+        if tensor.dtype != torch.int8:
+            raise BadKernelArguments(op, f"takes int8 tensors, got {tensor.dtype}")
+
+
+def _window(input_hw, filter_hw, stride, padding, dilation, output_hw) -> conv.Window:
+    """Symmetric PyTorch padding: ``padding`` before, whatever the output size needs after."""
+    return conv.Window(_pair(stride), _pair(dilation), _pair(padding), tuple(output_hw), tuple(filter_hw))
+
+
+def _output_hw(op, input: torch.Tensor, *args) -> tuple[int, int]:
+    """H, W of the NHWC-logical result the op's fake gives."""
+    shape = op(input, *args).shape
+    return int(shape[1]), int(shape[2])
+
+
+# --- quantize / dequantize (op_quantize_per_tensor.cpp, op_dequantize_per_tensor.cpp): float32 arithmetic
+
+
+def quantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype):
+    """q = clamp(zp + nearbyint(x * (1.0f / scale))): float32 product, ties to even."""
+    if input.dtype != torch.float32 or dtype != torch.int8:
+        raise BadKernelArguments("quantize_per_tensor", f"quantizes float32 to int8, got {input.dtype} -> {dtype}")
+    inverse_scale = np.float32(1.0) / np.float32(scale)
+    scaled = _numpy(input).astype(np.float32) * inverse_scale
+    q = np.rint(scaled).astype(np.int64) + int(zero_point)
+    return torch.from_numpy(np.clip(q, int(quant_min), int(quant_max)).astype(np.int8)).reshape(input.shape)
+
+
+def dequantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype):
+    """x = float(q - zp) * (float)scale, in float32."""
+    _int8("dequantize_per_tensor", input)
+    centered = (_numpy(input).astype(np.int32) - int(zero_point)).astype(np.float32)
+    return torch.from_numpy(centered * np.float32(scale)).reshape(input.shape)
+
+
+# --- elementwise
+
+
+def quantized_add(self, self_zero_point, self_multiplier, self_shift, other, other_zero_point, other_multiplier,
+                  other_shift, output_zero_point, output_multiplier, output_shift, activation_min, activation_max):
+    """arm_elementwise_add_s8 with op_quantized_add.cpp's left_shift of 20 (``elementwise.ADD_LEFT_SHIFT``):
+    v_i = requantize((q_i - zp_i) << 20, M_i, s_i);  q = clamp(requantize(v_1 + v_2, M, s) + zp_out)."""
+    _int8("quantized_add", self, other)
+    params = elementwise.AddParams(int(self_zero_point), int(self_multiplier), int(self_shift),
+                                   int(other_zero_point), int(other_multiplier), int(other_shift),
+                                   int(output_multiplier), int(output_shift), int(output_zero_point),
+                                   int(activation_min), int(activation_max), subtract=False)
+    return torch.from_numpy(elementwise.add(_numpy(self), _numpy(other), params))
+
+
+def quantized_mul(self, self_zero_point, other, other_zero_point, output_zero_point, output_multiplier,
+                  output_shift):
+    """arm_elementwise_mul_s8: q = clamp(requantize((q_1 - zp_1)(q_2 - zp_2)) + zp_out) over int8."""
+    _int8("quantized_mul", self, other)
+    params = elementwise.MulParams(int(self_zero_point), int(other_zero_point), int(output_multiplier),
+                                   int(output_shift), int(output_zero_point), INT8_MIN, INT8_MAX)
+    return torch.from_numpy(elementwise.mul(_numpy(self), _numpy(other), params))
+
+
+def quantized_div(self, self_zero_point, other, other_zero_point, output_zero_point, output_scale):
+    """op_quantized_div.cpp (CMSIS-NN has no division): in float32,
+    q = clamp(round_half_away((float(q_1 - zp_1) / float(q_2 - zp_2)) * scale) + zp_out), 0 where q_2 = zp_2;
+    ``output_scale`` is the effective s_1 / (s_2 s_out)."""
+    _int8("quantized_div", self, other)
+    if self.shape != other.shape:
+        raise BadKernelArguments("quantized_div", f"needs equal shapes, got {tuple(self.shape)} and "
+                                                  f"{tuple(other.shape)}")
+    numerator = (_numpy(self).astype(np.int32) - int(self_zero_point)).astype(np.float32)
+    denominator = (_numpy(other).astype(np.int32) - int(other_zero_point)).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        quotient = np.where(denominator != 0, numerator / denominator, np.float32(0.0)).astype(np.float32)
+    scaled = quotient * np.float32(output_scale)
+    q = round_half_away(scaled).astype(np.int64) + int(output_zero_point)
+    return torch.from_numpy(np.clip(q, INT8_MIN, INT8_MAX).astype(np.int8))
+
+
+def quantized_activation(input, lut):
+    """out = lut[q + 128]."""
+    _int8("quantized_activation", input, lut)
+    if lut.numel() != 256:
+        raise BadKernelArguments("quantized_activation", f"takes a 256-entry table, got {lut.numel()} entries")
+    return torch.from_numpy(_numpy(lut).reshape(256)[_numpy(input).astype(np.intp) + 128])
+
+
+def minimum(self, other):
+    return torch.from_numpy(elementwise.minimum(_numpy(self), _numpy(other)))
+
+
+def maximum(self, other):
+    return torch.from_numpy(elementwise.maximum(_numpy(self), _numpy(other)))
+
+
+# --- matrix products
+
+
+def quantized_linear(input, weights, bias, kernel_sum, input_offset, filter_offset, output_offset,
+                     requantize_multipliers, requantize_shifts, activation_max, activation_min):
+    """arm_fully_connected_s8 per row of ``input``: acc = bias + sum_i w[o, i] (q[i] + input_offset)
+    (DSP / scalar: ``bias``), or acc = kernel_sum[o] + sum_i w[o, i] q[i] (MVE: ``kernel_sum`` holds
+    input_offset * sum_i w[o, i] + bias); q_out = clamp(requantize(acc) + output_offset). One multiplier is
+    per tensor, one per output feature is per channel (arm_fully_connected_per_channel_s8)."""
+    _int8("quantized_linear", input, weights)
+    out_features = weights.shape[0]
+    if int(filter_offset) != 0:
+        raise BadKernelArguments("quantized_linear", f"filter_offset {filter_offset}: weights are symmetric, "
+                                                     "the offset must be 0")
+    if len(requantize_multipliers) not in (1, out_features) or len(requantize_shifts) != len(requantize_multipliers):
+        raise BadKernelArguments("quantized_linear", f"{len(requantize_multipliers)} multipliers and "
+                                                     f"{len(requantize_shifts)} shifts for {out_features} outputs")
+    if kernel_sum is not None:
+        input_zero_point, accumulator_base = 0, _numpy(kernel_sum).astype(np.int64)
+    else:
+        input_zero_point = -int(input_offset)
+        accumulator_base = None if bias is None else _numpy(bias).astype(np.int64)
+    output_shape = (*input.shape[:-1], out_features)
+    params = fully_connected.prepare_fully_connected(
+        _numpy(weights), accumulator_base, input_zero_point, list(requantize_multipliers), list(requantize_shifts),
+        int(output_offset), int(activation_min), int(activation_max), output_shape)
+    return torch.from_numpy(fully_connected.fully_connected(_numpy(input), params))
+
+
+def quantized_batch_matmul(lhs, lhs_zero_point, rhs_transposed, rhs_zero_point, output_zero_point,
+                           output_multiplier, output_shift, scratch):
+    """arm_batch_matmul_s8: acc = (lhs + lhs_offset) @ (rhs + rhs_offset), rhs given as [B, N, K]; the
+    ``*_zero_point`` arguments are those offsets (negated zero points)."""
+    _int8("quantized_batch_matmul", lhs, rhs_transposed)
+    params = fully_connected.prepare_batch_matmul(
+        lhs.shape[-1], -int(lhs_zero_point), -int(rhs_zero_point), adjoint_lhs=False, adjoint_rhs=True,
+        multiplier=int(output_multiplier), shift=int(output_shift), output_zero_point=int(output_zero_point))
+    return torch.from_numpy(fully_connected.batch_matmul(_numpy(lhs), _numpy(rhs_transposed), params))
+
+
+# --- softmax and data movement
+
+
+def softmax(input, dim, input_zero_point, output_zero_point, input_multiplier, input_shift, diff_min):
+    """arm_softmax_s8 over the last dimension (the only one op_softmax.cpp accepts); output zero point -128.
+    The input zero point cancels (softmax sees only q - max(row))."""
+    _int8("softmax", input)
+    if int(dim) % input.dim() != input.dim() - 1:
+        raise BadKernelArguments("softmax", f"runs over the last dimension only, got dim {dim} of a "
+                                            f"rank-{input.dim()} tensor")
+    if int(output_zero_point) != SOFTMAX_OUTPUT_ZERO_POINT:
+        raise BadKernelArguments("softmax", f"output zero point must be {SOFTMAX_OUTPUT_ZERO_POINT}, got "
+                                            f"{output_zero_point}")
+    params = softmax_kernel.prepare_softmax_fixed_point(int(input_multiplier), int(input_shift), int(diff_min))
+    return torch.from_numpy(softmax_kernel.softmax(_numpy(input), params))
+
+
+def transpose(input, perm):
+    """arm_transpose_s8 on the logical (contiguous) tensor, rank 1 to 4."""
+    _int8("transpose", input)
+    return torch.from_numpy(movement.transpose(_numpy(input), tuple(int(p) for p in perm)))
+
+
+def pad(input, pre_pad, post_pad, pad_value):
+    """arm_pad_s8: constant padding; the four pads are in memory order (ops_shapes.logical_padding)."""
+    _int8("pad", input)
+    if len(pre_pad) != 4 or len(post_pad) != 4:
+        raise BadKernelArguments("pad", f"pre_pad and post_pad have 4 entries, got {len(pre_pad)} and "
+                                        f"{len(post_pad)}")
+    paddings = tuple(ops_shapes.logical_padding(input, pre_pad, post_pad))
+    return torch.from_numpy(movement.pad(_numpy(input), paddings, int(pad_value)))
+
+
+# --- convolutions and pooling: NHWC references, NCHW twins
+
+
+def quantized_conv2d_nhwc(input, weight, bias, stride, padding, dilation, input_offset, output_offset,
+                          requantize_multipliers, requantize_shifts, activation_min, activation_max, scratch):
+    """arm_convolve_wrapper_s8, weights OHWI; C_in / weight's I groups, each its slice of C_out."""
+    _int8("quantized_conv2d", input, weight)
+    in_channels, group_channels = input.shape[3], weight.shape[ops_shapes.WEIGHT_IN]
+    if in_channels % group_channels:
+        raise BadKernelArguments("quantized_conv2d", f"{in_channels} input channels do not split into groups "
+                                                     f"of {group_channels}")
+    output_hw = _output_hw(ops_shapes.quantized_conv2d_nhwc, input, weight, bias, stride, padding, dilation,
+                           input_offset, output_offset, requantize_multipliers, requantize_shifts, activation_min,
+                           activation_max, scratch)
+    window = _window(input.shape[1:3], weight.shape[1:3], stride, padding, dilation, output_hw)
+    x, filters = _numpy(input), _numpy(weight)
+    bias = None if bias is None else _numpy(bias)
+    multipliers, shifts = _numpy(requantize_multipliers), _numpy(requantize_shifts)
+    groups = in_channels // group_channels
+    group_out = filters.shape[0] // groups
+    results = []
+    for group in range(groups):
+        outs = slice(group * group_out, (group + 1) * group_out)
+        params = conv.prepare_conv(filters[outs], None if bias is None else bias[outs], window, -int(input_offset),
+                                   multipliers[outs], shifts[outs], int(output_offset), int(activation_min),
+                                   int(activation_max))
+        results.append(conv.conv2d(x[..., group * group_channels:(group + 1) * group_channels], params))
+    return torch.from_numpy(results[0] if groups == 1 else np.concatenate(results, axis=3))
+
+
+def quantized_depthwise_conv2d_nhwc(input, weight, bias, stride, padding, dilation, depth_multiplier, input_offset,
+                                    output_offset, requantize_multipliers, requantize_shifts, activation_min,
+                                    activation_max, scratch):
+    """arm_depthwise_conv_wrapper_s8, weights [1, kh, kw, C_out]: output channel c reads input channel
+    c // depth_multiplier."""
+    _int8("quantized_depthwise_conv2d", input, weight)
+    out_channels = weight.shape[ops_shapes.DEPTHWISE_OUT]
+    if out_channels != input.shape[3] * int(depth_multiplier):
+        raise BadKernelArguments("quantized_depthwise_conv2d", f"{out_channels} output channels are not "
+                                 f"{input.shape[3]} input channels x depth multiplier {depth_multiplier}")
+    output_hw = _output_hw(ops_shapes.quantized_depthwise_conv2d_nhwc, input, weight, bias, stride, padding,
+                           dilation, depth_multiplier, input_offset, output_offset, requantize_multipliers,
+                           requantize_shifts, activation_min, activation_max, scratch)
+    window = _window(input.shape[1:3], weight.shape[1:3], stride, padding, dilation, output_hw)
+    bias = np.zeros(out_channels, np.int64) if bias is None else _numpy(bias).astype(np.int64)
+    params = conv.DepthwiseParams(window, int(depth_multiplier), _numpy(weight)[0].astype(np.int32), bias,
+                                  -int(input_offset), _numpy(requantize_multipliers).astype(np.int64),
+                                  _numpy(requantize_shifts).astype(np.int64), int(output_offset),
+                                  int(activation_min), int(activation_max))
+    return torch.from_numpy(conv.depthwise_conv2d(_numpy(input), params))
+
+
+def quantized_transpose_conv2d_nhwc(input, weight, bias, stride, padding, output_padding, dilation, input_offset,
+                                    output_offset, requantize_multipliers, requantize_shifts, activation_min,
+                                    activation_max, scratch, output_scratch):
+    """arm_transpose_conv_wrapper_s8, weights [C_out, kh, kw, C_in]: input pixel (y, x) adds w (q + offset)
+    at (y s + fy - padding); ``output_padding`` extends the end."""
+    _int8("quantized_transpose_conv2d", input, weight)
+    if _pair(dilation) != (1, 1):
+        raise BadKernelArguments("quantized_transpose_conv2d", f"supports dilation 1 only, got {list(dilation)}")
+    output_shape = ops_shapes.quantized_transpose_conv2d_nhwc(
+        input, weight, bias, stride, padding, output_padding, dilation, input_offset, output_offset,
+        requantize_multipliers, requantize_shifts, activation_min, activation_max, scratch, output_scratch).shape
+    params = conv.prepare_transpose_conv(
+        _numpy(weight), None if bias is None else _numpy(bias), _pair(stride), False, tuple(output_shape),
+        -int(input_offset), _numpy(requantize_multipliers), _numpy(requantize_shifts), int(output_offset),
+        int(activation_min), int(activation_max))
+    params = dataclasses.replace(params, pad_before=_pair(padding))
+    return torch.from_numpy(conv.transpose_conv2d(_numpy(input), params))
+
+
+def quantized_avg_pool2d_nhwc(input, kernel_size, stride, padding, ceil_mode, zero_point, multiplier, shift,
+                              scratch):
+    """arm_avgpool_s8: the mean of the taps inside the input (padding not counted), rounded half away from
+    zero; input and output share qparams, so zero_point, multiplier and shift are unused (as on the device)."""
+    _int8("quantized_avg_pool2d", input)
+    output_hw = _output_hw(ops_shapes.quantized_avg_pool2d_nhwc, input, kernel_size, stride, padding, ceil_mode,
+                           zero_point, multiplier, shift, scratch)
+    window = _window(input.shape[1:3], _pair(kernel_size), stride, padding, (1, 1), output_hw)
+    params = pooling.prepare_pool(window, tuple(input.shape[1:3]), INT8_MIN, INT8_MAX)
+    return torch.from_numpy(pooling.average_pool(_numpy(input), params))
+
+
+def quantized_max_pool2d_nhwc(input, kernel_size, stride, padding, dilation, ceil_mode, input_zero_point,
+                              output_zero_point, activation_min, activation_max):
+    """arm_max_pool_s8: the largest tap inside the input, clamped to [activation_min, activation_max]; input
+    and output zero points must match (op_quantized_max_pool2d.cpp)."""
+    _int8("quantized_max_pool2d", input)
+    if int(input_zero_point) != int(output_zero_point):
+        raise BadKernelArguments("quantized_max_pool2d", f"input and output zero points must match, got "
+                                                         f"{input_zero_point} and {output_zero_point}")
+    output_hw = _output_hw(ops_shapes.quantized_max_pool2d_nhwc, input, kernel_size, stride, padding, dilation,
+                           ceil_mode, input_zero_point, output_zero_point, activation_min, activation_max)
+    window = _window(input.shape[1:3], _pair(kernel_size), stride, padding, dilation, output_hw)
+    params = pooling.prepare_pool(window, tuple(input.shape[1:3]), int(activation_min), int(activation_max))
+    return torch.from_numpy(pooling.max_pool(_numpy(input), params))
+
+
+quantized_conv2d = _nchw_of(quantized_conv2d_nhwc)
+quantized_depthwise_conv2d = _nchw_of(quantized_depthwise_conv2d_nhwc)
+quantized_transpose_conv2d = _nchw_of(quantized_transpose_conv2d_nhwc)
+quantized_avg_pool2d = _nchw_of(quantized_avg_pool2d_nhwc)
+quantized_max_pool2d = _nchw_of(quantized_max_pool2d_nhwc)

@@ -244,6 +244,23 @@ def test_out_variant_writes_a_strided_arena_view():
         cortex_m.quantized_add.out(*args, out=torch.empty(1, 4, 3, 2, dtype=torch.int8))
 
 
+def test_a_program_calling_cortex_m_ops_runs_on_the_host_runtime():
+    """to_executorch serializes the .out variants (memory-planned, channels_last where the fakes say so);
+    imxrt's runtime resolves them to the reference kernels and writes its arena views, plan checks on."""
+    from executorch.exir import EdgeCompileConfig, to_edge
+
+    import imxrt.runtime
+
+    x = nchw(rand_int8((1, 9, 9, 2), 30))
+    program = to_edge(torch.export.export(_ConvThenAdd(), (x,)),
+                      compile_config=EdgeCompileConfig(_check_ir_validity=False)).to_executorch()
+    operators = {f"{o.name}.{o.overload}" for o in program.executorch_program.execution_plan[0].operators}
+    assert {"cortex_m::quantized_conv2d.out", "cortex_m::quantized_add.out", "cortex_m::quantized_max_pool2d.out",
+            "cortex_m::transpose.out"} <= operators
+    (got,) = imxrt.runtime.load(program.buffer, check_plan=True).forward(x)
+    np.testing.assert_array_equal(got, _ConvThenAdd()(x).numpy())
+
+
 # --- elementwise
 
 

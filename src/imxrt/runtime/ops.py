@@ -22,6 +22,7 @@ import executorch.kernels.quantized  # noqa: F401,I001  (registers quantized_dec
 import torch
 from executorch.exir import schema
 
+import imxrt.cpu.ops  # noqa: F401  (registers cortex_m::* and their .out kernels)
 from imxrt.errors import BadFile
 from imxrt.runtime import portable
 from imxrt.runtime.memory import TORCH_DTYPES

@@ -506,7 +506,8 @@ def lower_softmax(rw: Rewrite) -> Node:
 
 # --- pooling -----------------------------------------------------------------------------------------------------
 
-def _avg_pool(rw: Rewrite, x_dq: Node, kernel, stride, padding, count_include_pad: bool) -> Node:
+def _avg_pool(rw: Rewrite, x_dq: Node, kernel, stride, padding, count_include_pad: bool,
+              val: torch.Tensor | None = None) -> Node:
     rw.no_fused_activation()
     q = rw.shared_qparams(x_dq)
     x, in_shape = rw.int8(x_dq), shape_of(x_dq)
@@ -516,12 +517,12 @@ def _avg_pool(rw: Rewrite, x_dq: Node, kernel, stride, padding, count_include_pa
         x = rw.emit(cortex_m("pad"), (x, [0, 0, padding[0], padding[1]], [0, 0, padding[0], padding[1]],
                                       q.zero_point), val=rw.like(padded))
         in_shape, padding = padded, [0, 0]
-    out_shape = shape_of(rw.cluster.quantizes[0])
+    out_shape = tuple(val.shape) if val is not None else shape_of(rw.cluster.quantizes[0])
     multiplier, shift = quantize_multiplier_scalar(1.0)  # input and output share qparams
     nbytes = scratch.avg_pool2d_scratch_bytes(rw.isa, nhwc(in_shape), nhwc(out_shape), tuple(kernel),
                                               tuple(stride), tuple(padding))
     args = (x, kernel, stride, padding, False, q.zero_point, multiplier, shift, rw.scratch(nbytes))
-    return rw.emit(cortex_m("quantized_avg_pool2d"), args)
+    return rw.emit(cortex_m("quantized_avg_pool2d"), args, val=val)
 
 
 def lower_avg_pool(rw: Rewrite) -> Node:
@@ -546,6 +547,24 @@ def lower_adaptive_avg_pool(rw: Rewrite) -> Node:
         raise NotLowered(f"input {height}x{width} is no multiple of the output {out_h}x{out_w}")
     kernel = [height // out_h, width // out_w]
     return _avg_pool(rw, x_dq, kernel, kernel, [0, 0], False)
+
+
+def lower_spatial_mean(rw: Rewrite) -> Node:
+    """mean over H and W of a rank-4 tensor -> one quantized_avg_pool2d over the whole plane (plus a
+    view without keepdim). Its rounding is AVERAGE_POOL_2D's (the sum divided by H*W, halves away from
+    zero), not TFLM MEAN's fixed-point 1 / (H*W): the two can differ by 1 LSB."""
+    x_dq, dims = rw.anchor.args[:2]
+    shape = shape_of(x_dq)
+    if len(shape) != 4 or sorted(int(d) % 4 for d in dims) != [2, 3]:
+        raise NotLowered(f"mean over dims {list(dims)} of a rank-{len(shape)} tensor (only H and W of a "
+                         "rank-4 tensor is an average pool)")
+    if _arg(rw.anchor, 3, "dtype") is not None:
+        raise NotLowered("mean with a dtype")
+    kernel = [shape[2], shape[3]]
+    if _arg(rw.anchor, 2, "keepdim", False):
+        return _avg_pool(rw, x_dq, kernel, kernel, [0, 0], False)
+    pooled = _avg_pool(rw, x_dq, kernel, kernel, [0, 0], False, val=rw.like((shape[0], shape[1], 1, 1)))
+    return rw.emit(edge.view_copy.default, (pooled, list(shape_of(rw.cluster.quantizes[0]))))
 
 
 def lower_max_pool(rw: Rewrite) -> Node:
@@ -636,6 +655,7 @@ CPU_KERNELS: dict[object, CpuKernel] = {
     edge._softmax.default: CpuKernel("cortex_m::softmax", lower_softmax),
     edge.avg_pool2d.default: CpuKernel("cortex_m::quantized_avg_pool2d", lower_avg_pool),
     edge._adaptive_avg_pool2d.default: CpuKernel("cortex_m::quantized_avg_pool2d", lower_adaptive_avg_pool),
+    edge.mean.dim: CpuKernel("cortex_m::quantized_avg_pool2d", lower_spatial_mean),
     edge.max_pool2d.default: CpuKernel("cortex_m::quantized_max_pool2d", lower_max_pool),
     edge.max_pool2d_with_indices.default: CpuKernel("cortex_m::quantized_max_pool2d", lower_max_pool),
     edge.constant_pad_nd.default: CpuKernel("cortex_m::pad", lower_pad),

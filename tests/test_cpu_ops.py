@@ -340,6 +340,24 @@ def test_quantized_linear_equals_tflm(isa_form):
     np.testing.assert_array_equal(got.numpy(), want)
 
 
+def test_per_channel_quantized_linear_equals_tflm():
+    """One multiplier per output feature: arm_fully_connected_per_channel_s8, M[o] = s_in s_w[o] / s_out."""
+    s_in, z_in, s_out, z_out = f32(0.04), -5, f32(0.09), 3
+    x, w = rand_int8((3, 20), 31), rand_int8((6, 20), 32)
+    w[w == -128] = -127
+    scales = np.array([f32(0.01 * (o + 1)) for o in range(6)], np.float32)
+    bias = np.random.default_rng(33).integers(-2000, 2000, 6).astype(np.int32)
+    tx, out = activation("x", x.shape, s_in, z_in), activation("out", (3, 6), s_out, z_out)
+    fc = op("FULLY_CONNECTED", [tx, constant("w", w, ir.PerChannel(tuple(scales), 0)),
+                                constant("b", bias, ir.PerChannel(tuple(f32(s_in * s) for s in scales), 0))], [out],
+            options(schema.FullyConnectedOptionsT))
+    want = tflm([(tx, x)], [fc], out)
+    multipliers, shifts = quantize_multiplier(s_in * scales.astype(np.float64) / s_out)
+    got = cortex_m.quantized_linear(t(x), t(w), t(bias), None, -z_in, 0, z_out, multipliers.tolist(), shifts.tolist(),
+                                    127, -128)
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
 def test_quantized_batch_matmul_equals_tflm():
     """BATCH_MATMUL with adj_y: the right-hand side arrives pre-transposed [B, N, K]; zero points negated."""
     sa, za, sb, zb, so, zo = f32(0.05), 4, f32(0.03), -6, f32(0.4), -2
@@ -460,6 +478,22 @@ def test_quantized_conv2d_equals_tflm(layout):
     act_min, act_max = activation_range(ACT_RELU6, S_OUT, Z_OUT)
     got = _call(layout, "quantized_conv2d", x, t(w), t(bias), list(stride), list(padding), list(dilation), -Z_IN,
                 Z_OUT, *_per_channel(S_IN, scales, S_OUT), act_min, act_max, SCRATCH)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_grouped_quantized_conv2d_equals_tflm(layout):
+    """Weights OHWI with I = C_in / 2: two groups, each its half of the output channels (TFLM's CONV_2D too)."""
+    x = rand_int8((1, 6, 5, 4), 34)
+    w, scales, bias = _weights((6, 3, 3, 2), 0, 35)
+    tx, out = activation("x", x.shape, S_IN, Z_IN), activation("out", (1, 4, 3, 6), S_OUT, Z_OUT)
+    conv_op = op("CONV_2D", [tx, constant("w", w, ir.PerChannel(tuple(scales), 0)),
+                             constant("b", bias, ir.PerChannel(tuple(f32(S_IN * s) for s in scales), 0))], [out],
+                 options(schema.Conv2DOptionsT, padding=schema.Padding.VALID, strideH=1, strideW=1, dilationHFactor=1,
+                         dilationWFactor=1))
+    want = tflm([(tx, x)], [conv_op], out)
+    got = _call(layout, "quantized_conv2d", x, t(w), t(bias), [1, 1], [0, 0], [1, 1], -Z_IN, Z_OUT,
+                *_per_channel(S_IN, scales, S_OUT), -128, 127, SCRATCH)
     np.testing.assert_array_equal(got, want)
 
 

@@ -2,8 +2,10 @@
 Cortex-M kernel library (reference/cortex_m.md), so a ``.pte`` that calls them loads on a board's runtime.
 
 Each op is one row of ``OPS``: its name, its arguments, its fake implementation (``ops_shapes``: shapes,
-dtypes and layouts for torch.export, to_edge and memory planning). Every row defines two overloads, the
-functional ``cortex_m::<name>`` the edge graph holds and ``cortex_m::<name>.out`` the program serializes.
+dtypes and layouts for torch.export, to_edge and memory planning) and its reference implementation
+(``ops_reference``: the device kernel's arithmetic on imxrt's int8 kernel library). Every row defines two
+overloads, the functional ``cortex_m::<name>`` the edge graph holds and ``cortex_m::<name>.out`` the program
+serializes; the host runtime calls the ``.out`` kernels with its arena views (any strides).
 
 Living next to ExecuTorch's own definitions. ExecuTorch's Cortex-M backend defines the same namespace in
 its Python op module with ``Library("cortex_m", "DEF")`` and unconditional ``define`` calls; tests import it
@@ -20,8 +22,12 @@ as an independent reference. torch allows one DEF library per namespace and one 
   define-what-is-missing step checks ExecuTorch's schemas against ours and restores anything it lacks
   (everything, if its import failed). No ExecuTorch code is imported or patched here.
 
-After ExecuTorch has taken over, its fake and functional implementations are the ones torch runs, and
+The ``.out`` kernels live in a library of their own that never steps aside (ExecuTorch's module registers no
+``.out`` kernels), so the host runtime runs our reference code in either order. After ExecuTorch has taken
+over, its fake and functional implementations are the ones torch runs (its float approximations), and
 ``torch.ops.cortex_m.<name>`` are new op objects: build op-keyed tables after such an import, not before.
+ExecuTorch's op module is loaded through ``executorch.backends.cortex_m.passes`` (importing it first on its
+own is a circular import in ExecuTorch itself, with or without imxrt).
 """
 
 from __future__ import annotations

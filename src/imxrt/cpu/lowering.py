@@ -22,6 +22,7 @@ import torch
 from executorch.exir import EdgeProgramManager
 from torch.fx import Node
 
+from imxrt import macs
 from imxrt.cpu.isa import Isa
 from imxrt.cpu.lowering_graph import Editor
 from imxrt.cpu.lowering_layout import assign_dim_orders
@@ -64,6 +65,7 @@ def lower_to_cortex_m(edge: EdgeProgramManager, isa: Isa, placement_log: Placeme
             continue
         kernel = op_name(replacement)
         replacement.meta["cpu_kernel"] = kernel
+        replacement.meta["edge_macs"] = macs.of(node)  # the report counts the work of the op it replaced
         _record_cluster(placement_log, cluster.ops, f"runs in int8 on the CPU as {kernel}"
                         + (" (lookup table)" if row is POINTWISE else ""))
         _replace_cluster(cluster, replacement)

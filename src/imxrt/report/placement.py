@@ -1,8 +1,16 @@
-"""The placement report: what runs where and why, per op and per NPU partition (``report.json``)."""
+"""The placement report: what runs where and why, per op and per NPU partition (``report.json``).
+
+Each compute node says where it runs (``execution``): ``npu``; ``cpu int8`` with the kernel (a cortex_m
+CMSIS-NN op, or a portable data-movement op on int8 values); or ``cpu float`` with why it has no int8 kernel.
+A node the CPU lowering replaced is listed under the edge op it came from (``op``), with the op that now runs
+it (``kernel``).
+"""
 
 from __future__ import annotations
 
-from executorch.exir import EdgeProgramManager
+import torch
+from executorch.exir import EdgeProgramManager, memory
+from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.lowered_backend_module import LoweredBackendModule
 from torch.fx import Node
 
@@ -44,7 +52,8 @@ def build_report(
             nodes = [n for n in delegate.original_module.graph.nodes if is_compute(n)]
             for inner in nodes:
                 decision = log.decisions.get(inner.name)
-                ops.append(_op_entry(inner, "npu", index, decision.reason if decision else "delegated", macs.of(inner)))
+                entry = _op_entry(inner, "npu", index, decision.reason if decision else "delegated", macs.of(inner))
+                ops.append(entry | {"execution": "npu", "kernel": DELEGATE_ID})
             partitions.append({
                 "index": index,
                 "tflite": f"npu/partition_{index}.tflite",
@@ -54,12 +63,13 @@ def build_report(
                 "payload": "reference" if payload.is_reference(blob) else "microcode",
                 "payload_bytes": len(blob),
             })
-        elif is_quantize(node) or is_dequantize(node):
-            ops.append(_op_entry(node, "cpu", None, _conversion_reason(node), 0))
-        elif is_compute(node):
-            decision = log.decisions.get(node.name)
+        elif _is_conversion(node):
+            ops.append(_op_entry(node, "cpu", None, _conversion_reason(node), 0) | _cpu_execution(node))
+        elif is_compute(node) and node.target is not memory.alloc and node.target is not _TO_DIM_ORDER_COPY:
+            edge_name = node.meta.get("edge_nodes", (node.name,))[0]
+            decision = log.decisions.get(edge_name)
             reason = decision.reason if decision else "created after partitioning"
-            ops.append(_op_entry(node, "cpu", None, reason, macs.of(node)))
+            ops.append(_op_entry(node, "cpu", None, reason, _macs(node)) | _cpu_execution(node))
 
     macs_total = sum(op["macs"] for op in ops)
     macs_npu = sum(op["macs"] for op in ops if op["placement"] == "npu")
@@ -79,14 +89,51 @@ def build_report(
             "transposes": transposes,
             "ops_npu": sum(op["placement"] == "npu" for op in ops),
             "ops_cpu": sum(op["placement"] == "cpu" for op in ops),
+            "ops_cpu_int8": sum(op["execution"] == "cpu int8" for op in ops),
+            "ops_cpu_float": sum(op["execution"] == "cpu float" for op in ops),
+            "layout_copies": sum(n.target is _TO_DIM_ORDER_COPY for n in gm.graph.nodes),
         },
     }
     return report, tflites
 
 
+_TO_DIM_ORDER_COPY = exir_ops.edge.dim_order_ops._to_dim_order_copy.default
+def _is_conversion(node: Node) -> bool:
+    """A quantize / dequantize: the edge graph's, or the cortex_m one the CPU lowering made of it."""
+    if is_quantize(node) or is_dequantize(node):
+        return True
+    return node.op == "call_function" and node.meta.get("edge_op", "").startswith("quantized_decomposed.") and \
+        _namespace(node) == "cortex_m"
+
+
+def _namespace(node: Node) -> str:
+    return getattr(node.target, "namespace", None) or getattr(getattr(node.target, "_op", None), "namespace", "")
+
+
+def _macs(node: Node) -> int:
+    """MACs of the edge op a node stands for (a cortex_m node is counted like the op it replaced)."""
+    return node.meta["edge_macs"] if "edge_macs" in node.meta else macs.of(node)
+
+
+def _cpu_execution(node: Node) -> dict:
+    """How the CPU runs a node: int8 (cortex_m, or a portable kernel on int8 values) or float, and why."""
+    kernel = op_name(node)
+    value = node.meta.get("val")
+    value = value[0] if isinstance(value, (tuple, list)) and value else value
+    dtype = getattr(value, "dtype", None)
+    if _namespace(node) == "cortex_m":
+        return {"execution": "cpu int8", "kernel": kernel}
+    if dtype == torch.int8 and not _is_conversion(node):
+        return {"execution": "cpu int8", "kernel": f"{kernel} (portable kernel on int8 values)"}
+    if is_quantize(node) or is_dequantize(node):
+        return {"execution": "cpu int8", "kernel": kernel}
+    return {"execution": "cpu float", "kernel": kernel,
+            "cpu_reason": node.meta.get("cpu_reason", "the op has no int8 kernel on the Cortex-M")}
+
+
 def _conversion_reason(node: Node) -> str:
     """Why a quantize / dequantize runs on the CPU: it converts at the float edge of the int8 program."""
-    if is_quantize(node):
+    if is_quantize(node) or node.meta.get("edge_op", "").startswith("quantized_decomposed.quantize_"):
         source = node.args[0]
         what = "the float model input" if source.op == "placeholder" else f"the float output of {source.name}"
         return f"converts {what} to int8"
@@ -99,7 +146,7 @@ def _op_entry(node: Node, placement: str, partition: int | None, reason: str, no
     return {
         "name": node.name,
         "debug_handle": node.meta.get("debug_handle"),  # what the delegate's profiling map refers to
-        "op": op_name(node),
+        "op": node.meta.get("edge_op", op_name(node)),  # the edge op, also for a node the CPU lowering made
         "placement": placement,
         "partition": partition,
         "reason": reason,
@@ -118,7 +165,11 @@ def summary_lines(report: dict) -> list[str]:
     ]
     cpu = [op for op in report["ops"] if op["placement"] == "cpu"]
     if cpu:
-        lines.append(f"CPU: {len(cpu)} ops")
+        lines.append(f"CPU: {len(cpu)} ops ({s['ops_cpu_int8']} int8, {s['ops_cpu_float']} float), "
+                     f"{s['layout_copies']} layout copies")
         for op in cpu:
-            lines.append(f"  {op['name']} ({op['op']}): {op['reason']}")
+            how = f"{op['execution']}: {op['kernel']}"
+            if op["execution"] == "cpu float":
+                how += f" ({op['cpu_reason']})"
+            lines.append(f"  {op['name']} ({op['op']}): {how}; {op['reason']}")
     return lines

@@ -153,8 +153,8 @@ def resolve(op: schema.Operator, program_name: str) -> Kernel:
         overload = getattr(packet, op.overload or "default")
     except (AttributeError, RuntimeError):
         raise BadFile(program_name, f"calls operator {name}, which the host runtime does not have; "
-                                    "only portable ExecuTorch ops, quantize/dequantize and NeutronBackend "
-                                    "delegates run on the host") from None
+                                    "only portable ExecuTorch ops, quantize/dequantize, cortex_m ops and "
+                                    "NeutronBackend delegates run on the host") from None
     op_schema = overload._schema
     arguments = tuple(Argument(a.name, a.kwarg_only, _converter(a.type)) for a in op_schema.arguments)
     written = [i for i, a in enumerate(op_schema.arguments) if a.alias_info is not None and a.alias_info.is_write]

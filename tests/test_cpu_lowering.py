@@ -1,0 +1,231 @@
+"""CPU lowering: int8 clusters become cortex_m ops, bit-exact against TFLM, with ISA-sized scratch.
+
+The oracle: the same quantized program compiled for the NPU target gives one LiteRT partition (a .tflite of
+the whole int8 graph); TFLM runs it on a quantized input, and the CPU-lowered .pte runs in the host runtime on
+the same input. Outputs must be equal to the bit.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+import numpy as np
+import pytest
+import torch
+from compiled_examples import compiled_example
+from executorch.exir import EdgeCompileConfig, memory, to_edge
+from executorch.exir.dialects._ops import ops as exir_ops
+from oracles import run_tflm, tflite_io
+from torch import nn
+
+import imxrt.runtime
+from imxrt.cpu import scratch
+from imxrt.cpu.isa import Isa
+from imxrt.cpu.lowering import lower_to_cortex_m
+from imxrt.cpu.lowering_graph import Editor
+from imxrt.cpu.lowering_layout import TO_DIM_ORDER_COPY
+from imxrt.npu.partitioner import PlacementLog, ops_to_keep_whole
+from imxrt.passes import EDGE_PASSES
+from imxrt.pipeline import CompileOptions, compile, serialize
+from imxrt.report.placement import build_report
+from imxrt.targets import get_target
+
+
+class Cnn(nn.Module):
+    """conv+relu, depthwise+relu6, residual add, max pool, hardswish, avg pool, flatten, linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.depthwise = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.pointwise = nn.Conv2d(8, 8, 1)
+        self.fc = nn.Linear(8 * 2 * 2, 5)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        y = y + nn.functional.relu6(self.depthwise(y))
+        y = nn.functional.hardswish(self.pointwise(nn.functional.max_pool2d(y, 2)))
+        return self.fc(nn.functional.avg_pool2d(y, 2).flatten(1))
+
+
+class Head(nn.Module):
+    """linear+relu, sigmoid, tanh, mul, softmax."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 12)
+        self.fc2 = nn.Linear(12, 12)
+
+    def forward(self, x):
+        y = torch.relu(self.fc1(x))
+        return torch.softmax(torch.sigmoid(y) * torch.tanh(self.fc2(y)), dim=-1)
+
+
+MODELS = {"cnn": (Cnn, (1, 3, 8, 8)), "head": (Head, (2, 16))}
+
+
+@functools.cache
+def npu_compiled(name: str):
+    """(calibration data, CompileResult for imxrt700) of a test model: one NPU partition of the whole graph."""
+    build, shape = MODELS[name]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = build().eval()
+    generator = torch.Generator().manual_seed(1)
+    data = [(torch.randn(shape, generator=generator),) for _ in range(8)]
+    return data, compile(model, data[0], "imxrt700", data, CompileOptions(show_progress=False))
+
+
+def int8_edge(quantized):
+    """The pipeline's to_edge of a quantized program, without the NPU partitioner (a CPU-only target)."""
+    keep = ops_to_keep_whole(quantized)
+    config = EdgeCompileConfig(_check_ir_validity=False, preserve_ops=keep, _core_aten_ops_exception_list=keep)
+    return to_edge(quantized, compile_config=config).transform([p() for p in EDGE_PASSES])
+
+
+@functools.cache
+def cpu_lowered(name: str, isa: Isa = Isa.DSP):
+    """(edge program, lowered program, placement log) of a test model or a bundled example."""
+    result = npu_compiled(name)[1] if name in MODELS else compiled_example(name)[2]
+    edge = int8_edge(result.quantized)
+    log = PlacementLog()
+    return edge, lower_to_cortex_m(edge, isa, log), log
+
+
+def call_nodes(program, op=None):
+    nodes = [n for n in program.exported_program().graph.nodes if n.op == "call_function"]
+    return nodes if op is None else [n for n in nodes if n.target == op]
+
+
+def cortex_m(name: str):
+    return getattr(exir_ops.edge.cortex_m, name).default
+
+
+@pytest.mark.parametrize("name", ["cnn", "head", "ds_cnn"])
+def test_cpu_program_equals_tflm_on_the_npu_partition(name):
+    """Quantize x with the partition's input qparams, run TFLM on it and the CPU .pte on its exact float
+    value (the program's own quantize gives back the same int8), compare the int8 outputs."""
+    if name in MODELS:
+        data, result = npu_compiled(name)
+        inputs = [x for (x,) in data[:4]]
+    else:
+        source, _, result = compiled_example(name)
+        generator = torch.Generator().manual_seed(3)
+        inputs = [torch.rand(source.example_inputs[0].shape, generator=generator) * 2 - 1 for _ in range(4)]
+    assert len(result.partitions) == 1
+    tflite = result.partitions[0]
+    (in_shape, _, in_scale, in_zp), = tflite_io(tflite)[0]
+    (_, _, out_scale, out_zp), = tflite_io(tflite)[1]
+    # to_executorch rewrites the graph it serializes: serialize a copy of the shared program
+    program = imxrt.runtime.load(serialize(copy.deepcopy(cpu_lowered(name)[1])))
+    for x in inputs:
+        q = np.clip(np.round(x.numpy() / np.float32(in_scale)) + in_zp, -128, 127).astype(np.int8)
+        expected = run_tflm(tflite, [q if q.shape == in_shape else q.transpose(0, 2, 3, 1)])[0]
+        y = program.forward(torch.from_numpy((q.astype(np.float32) - in_zp) * np.float32(in_scale)))[0]
+        got = np.clip(np.round(np.asarray(y) / np.float32(out_scale)) + out_zp, -128, 127).astype(np.int8)
+        np.testing.assert_array_equal(got, expected.reshape(got.shape))
+
+
+@pytest.mark.parametrize("name", ["cnn", "head"])
+def test_every_int8_compute_op_runs_a_cortex_m_kernel(name):
+    """No dequantize -> float op -> quantize is left: only cortex_m ops, scratch allocs, layout copies and
+    the flatten (a view on int8 values) remain."""
+    _, lowered, log = cpu_lowered(name)
+    others = {n.target for n in call_nodes(lowered) if getattr(n.target, "namespace", "") != "cortex_m"}
+    assert others <= {memory.alloc, TO_DIM_ORDER_COPY, exir_ops.edge.aten.view_copy.default}
+    assert all("runs in int8 on the CPU" in d.reason for d in log.decisions.values())
+
+
+def test_cnn_lowers_to_the_expected_kernels_and_two_layout_copies():
+    """channels_last from the input quantize to the avg pool: one copy in, one before the flatten."""
+    _, lowered, _ = cpu_lowered("cnn")
+    names = [n.target.__name__.split(".")[1] for n in call_nodes(lowered)
+             if getattr(n.target, "namespace", "") == "cortex_m"]
+    assert names == ["quantize_per_tensor", "quantized_conv2d", "quantized_depthwise_conv2d", "quantized_add",
+                     "quantized_max_pool2d", "quantized_conv2d", "quantized_activation", "quantized_avg_pool2d",
+                     "quantized_linear", "dequantize_per_tensor"]
+    copies = call_nodes(lowered, TO_DIM_ORDER_COPY)
+    assert [c.kwargs["dim_order"] for c in copies] == [[0, 2, 3, 1], [0, 1, 2, 3]]
+    for conv in call_nodes(lowered, cortex_m("quantized_conv2d")):
+        assert conv.args[0].meta["val"].is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("isa", list(Isa))
+def test_scratch_allocs_have_the_cmsis_nn_size_of_the_isa(isa):
+    _, lowered, _ = cpu_lowered("cnn", isa)
+    conv = call_nodes(lowered, cortex_m("quantized_conv2d"))[0]
+    depthwise = call_nodes(lowered, cortex_m("quantized_depthwise_conv2d"))[0]
+    pool = call_nodes(lowered, cortex_m("quantized_avg_pool2d"))[0]
+    nhwc = (1, 8, 8, 3)
+    assert conv.args[-1].target is memory.alloc
+    assert conv.args[-1].meta["val"].shape == (scratch.conv2d_scratch_bytes(
+        isa, nhwc, (8, 3, 3, 3), (1, 8, 8, 8), (1, 1), (1, 1), (1, 1)),)
+    assert depthwise.args[-1].meta["val"].shape == (scratch.depthwise_conv2d_scratch_bytes(
+        isa, (1, 8, 8, 8), (1, 3, 3, 8), (1, 8, 8, 8), (1, 1), (1, 1), (1, 1)),)
+    assert pool.args[-1].meta["val"].shape == (scratch.avg_pool2d_scratch_bytes(
+        isa, (1, 4, 4, 8), (1, 2, 2, 8), (2, 2), (2, 2), (0, 0)),)
+    assert pool.args[-1].meta["val"].dtype == torch.uint8
+
+
+def test_linear_on_mve_takes_a_kernel_sum_instead_of_the_bias():
+    """kernel_sum[i] = -zp_in * sum_j w[i, j] + bias[i]; on DSP the bias goes in as is."""
+    _, mve, _ = cpu_lowered("head", Isa.MVE)
+    _, dsp, _ = cpu_lowered("head", Isa.DSP)
+    (linear_mve, _), (linear_dsp, _) = (call_nodes(p, cortex_m("quantized_linear")) for p in (mve, dsp))
+    assert linear_mve.args[2] is None and linear_dsp.args[3] is None
+    values_mve, values_dsp = Editor(mve.exported_program()), Editor(dsp.exported_program())
+    weights = values_dsp.tensor(linear_dsp.args[1]).to(torch.int64)
+    bias = values_dsp.tensor(linear_dsp.args[2]).to(torch.int64)
+    kernel_sum = values_mve.tensor(linear_mve.args[3])
+    assert torch.equal(kernel_sum, (linear_dsp.args[4] * weights.sum(1) + bias).to(torch.int32))
+
+
+def test_the_float_weights_the_kernels_replaced_are_not_serialized():
+    edge, lowered, _ = cpu_lowered("cnn")
+    before, after = edge.exported_program(), lowered.exported_program()
+    depthwise = call_nodes(lowered, cortex_m("quantized_depthwise_conv2d"))[0]
+    assert tuple(Editor(after).tensor(depthwise.args[1]).shape) == (1, 3, 3, 8)  # [1, kh, kw, C_out]
+    pytorch_layout = [name for name, t in before.state_dict.items() if tuple(t.shape) == (8, 1, 3, 3)]
+    assert pytorch_layout and not any(name in after.state_dict for name in pytorch_layout)
+    assert all(n.users for n in after.graph.nodes if n.op == "placeholder")
+
+
+def test_cortex_m_nodes_keep_the_debug_handles_of_the_edge_nodes_they_replace():
+    edge, lowered, _ = cpu_lowered("cnn")
+    edge_convs = [n for n in edge.exported_program().graph.nodes
+                  if n.target == exir_ops.edge.aten.convolution.default]
+    conv = call_nodes(lowered, cortex_m("quantized_conv2d"))[0]
+    assert conv.meta["debug_handle"] == edge_convs[0].meta["debug_handle"]
+    assert conv.meta["edge_nodes"][0] == edge_convs[0].name and len(conv.meta["edge_nodes"]) == 2  # + relu
+    assert edge_convs[0].meta["debug_handle"] in conv.meta["replaced_debug_handles"]
+
+
+def test_an_op_without_int8_kernel_stays_float_and_says_why():
+    class CumSum(nn.Module):
+        def forward(self, x):
+            return torch.cumsum(torch.relu(x), dim=-1)
+
+    x = torch.randn(1, 8)
+    result = compile(CumSum().eval(), (x,), "imxrt700", [(x,)], CompileOptions(show_progress=False))
+    _, lowered, log = _lower(result.quantized)
+    reasons = {d.op: d.reason for d in log.decisions.values()}
+    assert "runs in float on the CPU" in reasons["aten.cumsum.default"]
+    assert "no int8 rule" in reasons["aten.cumsum.default"]
+    report, _ = build_report(lowered, log, get_target("imxrt700"), "reference")
+    by_op = {op["op"]: op for op in report["ops"]}
+    assert by_op["aten.cumsum.default"]["execution"] == "cpu float"
+    assert by_op["aten.relu.default"]["execution"] == "cpu int8"
+    assert by_op["aten.relu.default"]["kernel"] == "cortex_m.quantized_activation.default"
+
+
+def _lower(quantized, isa: Isa = Isa.DSP):
+    edge = int8_edge(quantized)
+    log = PlacementLog()
+    return edge, lower_to_cortex_m(edge, isa, log), log
+
+
+def test_the_program_it_was_given_is_left_unchanged():
+    edge, _, _ = cpu_lowered("head")
+    assert not [n for n in edge.exported_program().graph.nodes
+                if getattr(n.target, "namespace", "") == "cortex_m"]

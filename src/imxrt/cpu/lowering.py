@@ -34,10 +34,12 @@ from imxrt.passes.qdq import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR, find_cl
 _BOUNDARY = {QUANTIZE_PER_TENSOR: "quantize_per_tensor", DEQUANTIZE_PER_TENSOR: "dequantize_per_tensor"}
 
 
-def lower_to_cortex_m(edge: EdgeProgramManager, isa: Isa, placement_log: PlacementLog) -> EdgeProgramManager:
+def lower_to_cortex_m(edge: EdgeProgramManager, isa: Isa | str, placement_log: PlacementLog) -> EdgeProgramManager:
     """A new program where every int8 cluster outside the NPU delegates runs a cortex_m kernel for ``isa``
     (or, for data movement, the portable kernel in int8); ``edge`` is left as it was."""
     import imxrt.cpu.ops  # noqa: F401  (registers the cortex_m ops)
+
+    isa = isa if isinstance(isa, Isa) else Isa(isa)  # a target's CpuConfig names it as a string
 
     program = copy.deepcopy(edge.exported_program())
     editor = Editor(program)
@@ -57,13 +59,14 @@ def lower_to_cortex_m(edge: EdgeProgramManager, isa: Isa, placement_log: Placeme
             _record_cluster(placement_log, cluster.ops,
                             f"runs in float on the CPU: {op_name(node)} has no int8 Cortex-M kernel")
             continue
+        first_created = len(editor.created_calls)
         try:
             replacement = row.lower(Rewrite(editor, isa, cluster))
         except NotLowered as e:
             _record_cluster(placement_log, cluster.ops, f"runs in float on the CPU: {row.kernel} cannot take "
                                                         f"it: {e}")
             continue
-        kernel = op_name(replacement)
+        kernel = " + ".join(op_name(n) for n in editor.created_calls[first_created:])
         replacement.meta["cpu_kernel"] = kernel
         replacement.meta["edge_macs"] = macs.of(node)  # the report counts the work of the op it replaced
         _record_cluster(placement_log, cluster.ops, f"runs in int8 on the CPU as {kernel}"

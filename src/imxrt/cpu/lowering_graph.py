@@ -30,6 +30,7 @@ class Editor:
         self.program = program
         self.graph = program.graph_module.graph
         self.created_constants: set[str] = set()
+        self.created_calls: list[Node] = []  # every node ``call`` made, in order
 
     # --- constants ---------------------------------------------------------------------------------------
 
@@ -85,6 +86,7 @@ class Editor:
             node = self.graph.call_function(op, tuple(args))
         node.meta["val"] = val
         inherit_provenance(node, replaces)
+        self.created_calls.append(node)
         return node
 
 

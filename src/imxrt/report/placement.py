@@ -146,7 +146,8 @@ def _op_entry(node: Node, placement: str, partition: int | None, reason: str, no
     return {
         "name": node.name,
         "debug_handle": node.meta.get("debug_handle"),  # what the delegate's profiling map refers to
-        "op": node.meta.get("edge_op", op_name(node)),  # the edge op, also for a node the CPU lowering made
+        # the edge op a CPU-lowered node came from; a quantize / dequantize is named by the kernel it runs
+        "op": op_name(node) if _is_conversion(node) else node.meta.get("edge_op", op_name(node)),
         "placement": placement,
         "partition": partition,
         "reason": reason,

@@ -2,25 +2,58 @@
 
 acc[c] = bias[c] + sum over taps of w[c, tap] * (q_in[tap] - zp_in)   (taps outside the input add nothing)
 q_out  = clamp(MBQM(acc, M[c], shift[c]) + zp_out, act_min, act_max),  M[c] = s_in * s_w[c] / s_out
-The sums run as float matmuls over integer operands: exact while every partial sum stays below the float's
-integer range (2**24 for float32, 2**53 for float64), which ``_exact_float`` checks when preparing.
+CONV_2D and DEPTHWISE fold the zero point into the bias when preparing,
+    acc[c] = (bias[c] - zp_in * sum_tap w[c, tap]) + sum_tap w[c, tap] * q_in[tap],
+padding the input with zp_in (whose centered value is 0), so the sums read the raw int8 values.
+The sums run in float over integer operands: exact while every partial sum stays below the float's integer
+range (2**24 for float32, 2**53 for float64), which ``_sum_dtype`` checks from the weights when preparing.
+The output stage (``requantize.prepare_output_stage``) is prepared once per layer, from the same bounds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from imxrt.kernels.requantize import multiply_by_quantized_multiplier, to_int8
+from imxrt.kernels.requantize import (
+    INT8_MAX,
+    INT8_MIN,
+    OutputStage,
+    multiply_by_quantized_multiplier,
+    prepare_output_stage,
+    to_int8,
+)
 
 # NHWC dimension positions
 BATCH, HEIGHT, WIDTH, CHANNELS = 0, 1, 2, 3
+FLOAT32_EXACT = 1 << 24
 
 
 def _exact_float(terms: int, max_abs_product: int) -> type:
     """The cheapest float type whose integer range holds any sum of ``terms`` products."""
-    return np.float32 if terms * max_abs_product < (1 << 24) else np.float64
+    return np.float32 if terms * max_abs_product < FLOAT32_EXACT else np.float64
+
+
+def _input_range(zero_point: int) -> tuple[int, int]:
+    """The values a raw input (or its zero-point padding) can hold."""
+    return min(INT8_MIN, int(zero_point)), max(INT8_MAX, int(zero_point))
+
+
+def accumulator_range(weights: np.ndarray, input_min: int, input_max: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per output channel, the least and greatest sum_i w[c, i] * q_i over inputs q_i in [input_min,
+    input_max]; ``weights`` is [C, K] integer."""
+    w = weights.astype(np.int64)
+    positive = np.where(w > 0, w, 0).sum(axis=1)
+    negative = np.where(w < 0, w, 0).sum(axis=1)
+    return positive * input_min + negative * input_max, positive * input_max + negative * input_min
+
+
+def _sum_dtype(low: np.ndarray, high: np.ndarray) -> type:
+    """float32 when no partial sum can reach 2**24: every partial sum lies between the sums of its negative
+    and of its positive terms, which ``low`` / ``high`` bound."""
+    bound = max(int(np.abs(low).max(initial=0)), int(np.abs(high).max(initial=0)))
+    return np.float32 if bound < FLOAT32_EXACT else np.float64
 
 
 def same_padding(in_size: int, filter_size: int, stride: int, dilation: int) -> tuple[int, int]:
@@ -48,16 +81,18 @@ class Window:
 
     def padded(self, x: np.ndarray, value=0) -> np.ndarray:
         """``x`` (NHWC) padded with ``value`` so that every tap of every output position is in range."""
-        pads = [(0, 0)]
+        after = []
         for axis in (0, 1):
             needed = (self.output_size[axis] - 1) * self.stride[axis] \
                 + (self.filter_size[axis] - 1) * self.dilation[axis] + 1
-            after = max(needed - self.pad_before[axis] - x.shape[HEIGHT + axis], 0)
-            pads.append((self.pad_before[axis], after))
-        pads.append((0, 0))
-        if not any(before or after for before, after in pads):
+            after.append(max(needed - self.pad_before[axis] - x.shape[HEIGHT + axis], 0))
+        (top, left), (bottom, right) = self.pad_before, after
+        if not (top or left or bottom or right):
             return x
-        return np.pad(x, pads, constant_values=value)
+        batch, height, width, channels = x.shape
+        padded = np.full((batch, top + height + bottom, left + width + right, channels), value, x.dtype)
+        padded[:, top:top + height, left:left + width, :] = x
+        return padded
 
     def tap(self, padded: np.ndarray, filter_y: int, filter_x: int) -> np.ndarray:
         """The strided view of ``padded`` that tap (filter_y, filter_x) reads for every output position."""
@@ -79,45 +114,45 @@ def make_window(input_hw, filter_hw, stride, dilation, same: bool) -> Window:
     return Window(tuple(stride), tuple(dilation), tuple(pads), tuple(sizes), tuple(filter_hw))
 
 
+def _padded_values(x: np.ndarray, window: Window, zero_point: int, dtype: type) -> np.ndarray:
+    """``x`` padded with the zero point (its centered value 0), as exact floats of ``dtype``; padded while
+    still int8 (a quarter of the bytes to move) when the zero point is an int8 value."""
+    if INT8_MIN <= zero_point <= INT8_MAX and x.dtype == np.int8:
+        return window.padded(x, zero_point).astype(dtype)
+    return window.padded(x.astype(dtype), zero_point)
+
+
 @dataclass(frozen=True)
 class ConvParams:
     window: Window
     weights: np.ndarray  # [K = kh * kw * C_in, C_out] float (exact integers), rows in (filter_y, filter_x, c) order
-    bias: np.ndarray  # int64[C_out]
     input_zero_point: int
-    multipliers: np.ndarray  # int64[C_out]
-    shifts: np.ndarray  # int64[C_out]
-    output_zero_point: int
-    act_min: int
-    act_max: int
+    output: OutputStage  # the bias folded with -zp_in * sum_tap w, MBQM, zp_out, clamp
 
 
 def prepare_conv(filters: np.ndarray, bias: np.ndarray | None, window: Window, input_zero_point: int,
                  multipliers, shifts, output_zero_point: int, act_min: int, act_max: int) -> ConvParams:
     """``filters`` OHWI int8."""
     out_channels = filters.shape[0]
-    depth = int(np.prod(filters.shape[1:]))
-    dtype = _exact_float(depth, 255 * 128)
-    weights = filters.reshape(out_channels, depth).T.astype(dtype)
+    by_channel = filters.reshape(out_channels, -1).astype(np.int64)
+    low, high = accumulator_range(by_channel, *_input_range(input_zero_point))
     bias = np.zeros(out_channels, np.int64) if bias is None else bias.astype(np.int64)
-    return ConvParams(window, np.ascontiguousarray(weights), bias, int(input_zero_point),
-                      np.asarray(multipliers, np.int64), np.asarray(shifts, np.int64), int(output_zero_point),
-                      act_min, act_max)
+    folded = bias - int(input_zero_point) * by_channel.sum(axis=1)
+    output = prepare_output_stage(multipliers, shifts, folded, low, high, output_zero_point, act_min, act_max)
+    weights = np.ascontiguousarray(by_channel.T.astype(_sum_dtype(low, high)))
+    return ConvParams(window, weights, int(input_zero_point), output)
 
 
 def conv2d(x: np.ndarray, params: ConvParams) -> np.ndarray:
-    """NHWC int8 -> NHWC int8; im2col (one strided view per tap) and one matmul."""
+    """NHWC int8 -> NHWC int8; im2col (one strided view per tap, gathered while int8) and one matmul."""
     window = params.window
-    centered = x.astype(params.weights.dtype) - params.input_zero_point  # padding then adds 0 * w
-    padded = window.padded(centered)
+    padded = _padded_values(x, window, params.input_zero_point, params.weights.dtype)
     filter_h, filter_w = window.filter_size
     taps = [window.tap(padded, filter_y, filter_x) for filter_y in range(filter_h) for filter_x in range(filter_w)]
     columns = taps[0] if len(taps) == 1 else np.concatenate(taps, axis=CHANNELS)
     batch, out_h, out_w = columns.shape[:3]
     acc = columns.reshape(batch * out_h * out_w, -1) @ params.weights
-    acc = acc.astype(np.int64) + params.bias
-    acc = multiply_by_quantized_multiplier(acc, params.multipliers, params.shifts)
-    return to_int8(acc, params.output_zero_point, params.act_min, params.act_max).reshape(batch, out_h, out_w, -1)
+    return params.output(acc).reshape(batch, out_h, out_w, -1)
 
 
 @dataclass(frozen=True)
@@ -132,25 +167,40 @@ class DepthwiseParams:
     output_zero_point: int
     act_min: int
     act_max: int
+    # Derived when constructed: the weights as exact floats, and the output stage with the folded bias.
+    taps: np.ndarray = field(init=False, repr=False, compare=False)  # float[kh, kw, C_out]
+    output: OutputStage = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        filter_h, filter_w, out_channels = self.weights.shape
+        by_channel = self.weights.reshape(filter_h * filter_w, out_channels).T.astype(np.int64)
+        low, high = accumulator_range(by_channel, *_input_range(self.input_zero_point))
+        folded = np.asarray(self.bias, np.int64) - int(self.input_zero_point) * by_channel.sum(axis=1)
+        object.__setattr__(self, "taps", self.weights.astype(_sum_dtype(low, high)))
+        object.__setattr__(self, "output", prepare_output_stage(
+            self.multipliers, self.shifts, folded, low, high, self.output_zero_point, self.act_min, self.act_max))
 
 
 def depthwise_conv2d(x: np.ndarray, params: DepthwiseParams) -> np.ndarray:
-    """Output channel c reads input channel c // depth_multiplier; one multiply-add per tap, in int32
-    (|acc| <= kh * kw * 255 * 128 < 2**31 for any window TFLite allows)."""
+    """Output channel c reads input channel c // depth_multiplier; one multiply-add per tap over every
+    output position, in place."""
     window = params.window
-    centered = x.astype(np.int32) - params.input_zero_point
+    padded = _padded_values(x, window, params.input_zero_point, params.taps.dtype)
     if params.depth_multiplier > 1:
-        centered = np.repeat(centered, params.depth_multiplier, axis=CHANNELS)
-    padded = window.padded(centered)
+        padded = np.repeat(padded, params.depth_multiplier, axis=CHANNELS)
     filter_h, filter_w = window.filter_size
-    acc = None
+    shape = (x.shape[BATCH], *window.output_size, params.taps.shape[-1])
+    acc = np.empty(shape, params.taps.dtype)
+    term = np.empty(shape, params.taps.dtype)
     for filter_y in range(filter_h):
         for filter_x in range(filter_w):
-            term = window.tap(padded, filter_y, filter_x) * params.weights[filter_y, filter_x]
-            acc = term if acc is None else acc + term
-    acc = acc.astype(np.int64) + params.bias
-    acc = multiply_by_quantized_multiplier(acc, params.multipliers, params.shifts)
-    return to_int8(acc, params.output_zero_point, params.act_min, params.act_max)
+            tap = window.tap(padded, filter_y, filter_x)
+            if filter_y == 0 and filter_x == 0:
+                np.multiply(tap, params.taps[0, 0], out=acc)
+            else:
+                np.multiply(tap, params.taps[filter_y, filter_x], out=term)
+                acc += term
+    return params.output(acc)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 FC:  acc[b, o] = bias[o] + sum_i w[o, i] * (q[b, i] - zp_in);  q_out = clamp(MBQM(acc, M[o], s[o]) + zp_out)
      per-channel M[o] = s_in * s_w[o] / s_out (double); per-tensor M = float(s_in * s_w) / s_out.
+     The zero point folds into the bias and the output stage is prepared once (see conv.py).
 BMM: acc = (a - zp_a) @ (b - zp_b);  M = s_a * s_b / s_out;  no activation.
 Sums are exact float matmuls (see conv.py).
 """
@@ -12,41 +13,35 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from imxrt.kernels.conv import _exact_float
-from imxrt.kernels.requantize import multiply_by_quantized_multiplier, to_int8
+from imxrt.kernels.conv import _exact_float, _input_range, _sum_dtype, accumulator_range
+from imxrt.kernels.requantize import OutputStage, multiply_by_quantized_multiplier, prepare_output_stage, to_int8
 
 
 @dataclass(frozen=True)
 class FullyConnectedParams:
     weights: np.ndarray  # [in, out] float (exact integers)
-    bias: np.ndarray  # int64[out]
-    input_zero_point: int
-    multipliers: np.ndarray  # int64[out] (or [1])
-    shifts: np.ndarray
-    output_zero_point: int
-    act_min: int
-    act_max: int
+    output: OutputStage  # the bias folded with -zp_in * sum_i w[o, i], MBQM, zp_out, clamp
     output_shape: tuple[int, ...]
 
 
 def prepare_fully_connected(weights: np.ndarray, bias: np.ndarray | None, input_zero_point: int, multipliers,
                             shifts, output_zero_point: int, act_min: int, act_max: int, output_shape
                             ) -> FullyConnectedParams:
-    """``weights`` int8 [out, in]."""
-    out_features, in_features = weights.shape
-    dtype = _exact_float(in_features, 255 * 128)
+    """``weights`` int8 [out, in]. The zero point folds into the bias, so the matmul reads raw int8:
+    acc[b, o] = (bias[o] - zp_in * sum_i w[o, i]) + sum_i w[o, i] q[b, i]."""
+    out_features = weights.shape[0]
+    by_channel = weights.astype(np.int64)
+    low, high = accumulator_range(by_channel, *_input_range(input_zero_point))
     bias = np.zeros(out_features, np.int64) if bias is None else bias.astype(np.int64)
-    return FullyConnectedParams(np.ascontiguousarray(weights.T.astype(dtype)), bias, int(input_zero_point),
-                                np.asarray(multipliers, np.int64), np.asarray(shifts, np.int64),
-                                int(output_zero_point), act_min, act_max, tuple(output_shape))
+    folded = bias - int(input_zero_point) * by_channel.sum(axis=1)
+    output = prepare_output_stage(multipliers, shifts, folded, low, high, output_zero_point, act_min, act_max)
+    return FullyConnectedParams(np.ascontiguousarray(by_channel.T.astype(_sum_dtype(low, high))), output,
+                                tuple(output_shape))
 
 
 def fully_connected(x: np.ndarray, params: FullyConnectedParams) -> np.ndarray:
-    in_features = params.weights.shape[0]
-    centered = x.reshape(-1, in_features).astype(params.weights.dtype) - params.input_zero_point
-    acc = (centered @ params.weights).astype(np.int64) + params.bias
-    acc = multiply_by_quantized_multiplier(acc, params.multipliers, params.shifts)
-    return to_int8(acc, params.output_zero_point, params.act_min, params.act_max).reshape(params.output_shape)
+    acc = x.reshape(-1, params.weights.shape[0]).astype(params.weights.dtype) @ params.weights
+    return params.output(acc).reshape(params.output_shape)
 
 
 @dataclass(frozen=True)

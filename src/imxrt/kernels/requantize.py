@@ -68,17 +68,35 @@ def rounding_divide_by_pot(x, exponent):
 def multiply_by_quantized_multiplier(x, multiplier, shift):
     """TFLite MultiplyByQuantizedMultiplier (double rounding):
     RoundingDivideByPOT(SRDHM(x * 2**max(shift, 0), multiplier), max(-shift, 0)).
-    ``multiplier`` / ``shift`` broadcast against x (per-channel: shape [C] against a trailing C axis)."""
+    ``multiplier`` / ``shift`` broadcast against x (per-channel: shape [C] against a trailing C axis).
+
+    Computed as one rounding shift (``rounding_constants`` derives it), exact for every x with
+    |x * 2**left * multiplier| < 2**62, which holds for int32 x whenever TFLM's own int32 ``x << left`` does
+    not overflow."""
+    multiplier, offset, tie_threshold, tie_step, total_shift = rounding_constants(multiplier, shift)
+    value = np.asarray(x, dtype=np.int64) * multiplier + offset
+    value -= np.where(value < tie_threshold, tie_step, 0)
+    return value >> total_shift
+
+
+def rounding_constants(multiplier, shift):
+    """MBQM as one floor: MBQM(x) = (x * M' + K - [h < 0] * 2**31) >> S, elementwise over multiplier/shift.
+
+    M' = M * 2**left, S = 31 + right. SRDHM's nudge-then-truncate equals the floor (x M' + 2**30) >> 31 for
+    every integer product, and RoundingDivideByPOT(h, right) = (h + 2**(right - 1) - [h < 0]) >> right for
+    right >= 1; nested floors fold, floor(floor(a / 2**31) + c) / 2**r) = floor((a + c 2**31) / 2**(31 + r)),
+    so K = 2**30 + 2**(30 + right) (2**30 alone when right = 0). h < 0 exactly when x M' + 2**30 < 0, that is
+    when x M' + K < 2**(30 + right): below ``tie_threshold`` subtract ``tie_step`` (2**31, or 0 when
+    right = 0). Returns int64 arrays (M', K, tie_threshold, tie_step, S)."""
     shift = np.asarray(shift, dtype=np.int64)
     left = np.maximum(shift, 0)
     right = np.maximum(-shift, 0)
-    x = np.asarray(x, dtype=np.int64)
-    if np.any(left):
-        x = x << left
-    high = saturating_rounding_doubling_high_mul(x, multiplier)
-    if not np.any(right):
-        return high
-    return rounding_divide_by_pot(high, right)
+    scaled = np.asarray(multiplier, dtype=np.int64) << left
+    rounds_twice = right >= 1
+    offset = (1 << 30) + np.where(rounds_twice, np.int64(1) << (30 + right), 0)
+    tie_threshold = np.int64(1) << (30 + right)
+    tie_step = np.where(rounds_twice, np.int64(1) << 31, 0)
+    return scaled, offset, tie_threshold, tie_step, 31 + right
 
 
 def quantize_value(value: float, scale: float, zero_point: int) -> int:
@@ -129,3 +147,111 @@ def requantize(x: np.ndarray, params: Requantize) -> np.ndarray:
 def to_int8(acc: np.ndarray, output_zero_point: int, act_min: int, act_max: int) -> np.ndarray:
     """The common tail of every requantizing kernel: add the output zero point, clamp, narrow."""
     return np.clip(acc + output_zero_point, act_min, act_max).astype(np.int8)
+
+
+# ---- the output stage of conv / depthwise / fully connected: acc -> q_out, prepared once per layer ----
+
+FLOAT_EXACT = 1 << 53  # integers below this are exact in float64, and so are products and sums below it
+
+
+@dataclass(frozen=True)
+class FloatOutputStage:
+    """q_out = clamp(MBQM(acc + bias, M, shift) + zp_out) in float64, bit-exact where ``prepare_output_stage``
+    proved it: with z = (acc + bias) M' 2**-S + K 2**-S (see ``rounding_constants``), every value is a
+    multiple of 2**-S below 2**53 * 2**-S in magnitude, so the product, the sums and the floor are exact.
+
+        z = acc * scale + offset                 (offset holds bias, K and zp_out - act_min)
+        z -= tie_step where z < tie_threshold    (RoundingDivideByPOT's ties of negative values)
+        q_out = act_min + floor(clamp(z, 0, act_max - act_min))   (truncation = floor on values >= 0)
+    """
+
+    scale: np.ndarray  # float64[C]: M' * 2**-S
+    offset: np.ndarray  # float64[C]: (bias M' + K) * 2**-S + zp_out - act_min
+    tie_threshold: float  # 1/2 + zp_out - act_min
+    tie_step: np.ndarray | None  # float64[C]: 2**31 * 2**-S, 0 where right = 0; None when no channel rounds twice
+    levels: float  # act_max - act_min
+    act_min: int
+
+    def __call__(self, acc: np.ndarray) -> np.ndarray:
+        z = np.multiply(acc, self.scale, dtype=np.float64)
+        z += self.offset
+        if self.tie_step is not None:
+            np.subtract(z, self.tie_step, out=z, where=z < self.tie_threshold)
+        np.clip(z, 0.0, self.levels, out=z)
+        q = np.empty(z.shape, np.uint8)
+        np.copyto(q, z, casting="unsafe")  # z in [0, 255]: C truncation is the floor
+        if self.act_min & 0xFF:
+            q += self.act_min & 0xFF  # uint8 wrap-around: q - 256 + act_min, read back as int8
+        return q.view(np.int8)
+
+
+@dataclass(frozen=True)
+class IntegerOutputStage:
+    """The same output stage in int64 (``rounding_constants``): for accumulators whose float64 form could
+    round."""
+
+    bias: np.ndarray  # int64[C]
+    multiplier: np.ndarray  # int64[C]: M'
+    offset: np.ndarray  # int64[C]: K
+    tie_threshold: np.ndarray
+    tie_step: np.ndarray
+    total_shift: np.ndarray  # int64[C]: S
+    output_zero_point: int
+    act_min: int
+    act_max: int
+
+    def __call__(self, acc: np.ndarray) -> np.ndarray:
+        value = acc.astype(np.int64)
+        value += self.bias
+        value *= self.multiplier
+        value += self.offset
+        value -= np.where(value < self.tie_threshold, self.tie_step, 0)
+        value >>= self.total_shift
+        value += self.output_zero_point
+        np.clip(value, self.act_min, self.act_max, out=value)
+        return value.astype(np.int8)
+
+
+OutputStage = FloatOutputStage | IntegerOutputStage
+
+
+def prepare_output_stage(multipliers, shifts, bias, acc_min, acc_max, output_zero_point: int, act_min: int,
+                         act_max: int) -> OutputStage:
+    """The output stage of a layer with ``C = len(bias)`` channels (on the last axis; one multiplier / shift
+    broadcasts). ``acc_min`` / ``acc_max`` bound, per channel, the accumulator the stage will be given
+    (without the bias): the float64 stage is used when every value it computes provably stays exact,
+    the int64 one otherwise."""
+    bias = np.asarray(bias, dtype=np.int64)
+    channels = bias.shape[0]
+    multiplier, offset, tie_threshold, tie_step, total_shift = (
+        np.broadcast_to(v, (channels,)).astype(np.int64) for v in rounding_constants(multipliers, shifts))
+    if _float_exact(bias, multiplier, offset, total_shift, acc_min, acc_max, output_zero_point - act_min):
+        unit = np.ldexp(1.0, -total_shift)  # 2**-S, exact
+        twice = tie_step != 0
+        return FloatOutputStage(
+            scale=multiplier.astype(np.float64) * unit,
+            offset=(bias * multiplier + offset).astype(np.float64) * unit + float(output_zero_point - act_min),
+            tie_threshold=0.5 + float(output_zero_point - act_min),
+            tie_step=np.where(twice, np.ldexp(1.0, 31 - total_shift), 0.0) if twice.any() else None,
+            levels=float(act_max - act_min), act_min=int(act_min))
+    return IntegerOutputStage(bias, multiplier, offset, tie_threshold, tie_step, total_shift, int(output_zero_point),
+                              int(act_min), int(act_max))
+
+
+def _float_exact(bias, multiplier, offset, total_shift, acc_min, acc_max, level_offset: int) -> bool:
+    """Every value of FloatOutputStage, counted in units of 2**-S, is an integer below 2**53 in magnitude:
+    the product acc M', the offset, and their sums for any acc in [acc_min, acc_max] (plus or minus the
+    tie step, and the level offset zp_out - act_min), computed with Python's exact integers."""
+    if acc_min is None or acc_max is None:
+        return False
+    lows = np.broadcast_to(np.asarray(acc_min, dtype=np.int64), bias.shape)
+    highs = np.broadcast_to(np.asarray(acc_max, dtype=np.int64), bias.shape)
+    for channel in range(bias.shape[0]):
+        m, s = int(multiplier[channel]), int(total_shift[channel])
+        low, high = int(lows[channel]), int(highs[channel])
+        base = int(bias[channel]) * m + int(offset[channel]) + level_offset * (1 << s)
+        worst = max(abs(low) * m, abs(high) * m, abs(base), abs(base + low * m) + (1 << 31),
+                    abs(base + high * m) + (1 << 31))
+        if worst >= FLOAT_EXACT:
+            return False
+    return True

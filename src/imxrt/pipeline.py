@@ -22,6 +22,7 @@ from executorch.exir import EdgeCompileConfig, EdgeProgramManager, ExecutorchBac
 from torch.export import ExportedProgram
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
+from imxrt.cpu.lowering import lower_to_cortex_m
 from imxrt.errors import BadModel, BadOption
 from imxrt.memory.budget import check_tensors_fit
 from imxrt.npu.backend import stamp_delegate_ids
@@ -195,7 +196,8 @@ def quantize(
 def lower(
     quantized: ExportedProgram, target: Target, options: CompileOptions, placement_log: PlacementLog
 ) -> EdgeProgramManager:
-    """to_edge + NPU partitioning + ``NeutronBackend`` lowering of every partition.
+    """to_edge + NPU partitioning + ``NeutronBackend`` lowering of every partition + the CPU lowering of
+    what is left (cortex_m ops for the target's CMSIS-NN path).
 
     ``to_edge`` with the ops to keep whole, then ``to_backend``: the same program as
     ``to_edge_transform_and_lower``, whose per-node decomposition filter costs two more decomposition
@@ -209,7 +211,7 @@ def lower(
     if target.npu is not None:
         edge = edge.to_backend(NpuPartitioner(target, options.neutron_compiler, placement_log))
     stamp_delegate_ids(edge)
-    return edge
+    return lower_to_cortex_m(edge, target.cpu.isa, placement_log)
 
 
 def serialize(edge: EdgeProgramManager) -> bytes:

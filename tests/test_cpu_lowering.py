@@ -102,8 +102,9 @@ def cortex_m(name: str):
     return getattr(exir_ops.edge.cortex_m, name).default
 
 
-@pytest.mark.parametrize("name", ["cnn", "head", "ds_cnn"])
-def test_cpu_program_equals_tflm_on_the_npu_partition(name):
+@pytest.mark.parametrize("isa", [Isa.DSP, Isa.MVE])
+@pytest.mark.parametrize("name", ["cnn", "head", "ds_cnn", "mobilenet_v1", "resnet8", "autoencoder"])
+def test_cpu_program_equals_tflm_on_the_npu_partition(name, isa):
     """Quantize x with the partition's input qparams, run TFLM on it and the CPU .pte on its exact float
     value (the program's own quantize gives back the same int8), compare the int8 outputs."""
     if name in MODELS:
@@ -112,13 +113,13 @@ def test_cpu_program_equals_tflm_on_the_npu_partition(name):
     else:
         source, _, result = compiled_example(name)
         generator = torch.Generator().manual_seed(3)
-        inputs = [torch.rand(source.example_inputs[0].shape, generator=generator) * 2 - 1 for _ in range(4)]
+        inputs = [torch.rand(source.example_inputs[0].shape, generator=generator) * 2 - 1 for _ in range(8)]
     assert len(result.partitions) == 1
     tflite = result.partitions[0]
     (in_shape, _, in_scale, in_zp), = tflite_io(tflite)[0]
     (_, _, out_scale, out_zp), = tflite_io(tflite)[1]
     # to_executorch rewrites the graph it serializes: serialize a copy of the shared program
-    program = imxrt.runtime.load(serialize(copy.deepcopy(cpu_lowered(name)[1])))
+    program = imxrt.runtime.load(serialize(copy.deepcopy(cpu_lowered(name, isa)[1])))
     for x in inputs:
         q = np.clip(np.round(x.numpy() / np.float32(in_scale)) + in_zp, -128, 127).astype(np.int8)
         expected = run_tflm(tflite, [q if q.shape == in_shape else q.transpose(0, 2, 3, 1)])[0]

@@ -262,7 +262,13 @@ def _fully_connected(rw: Rewrite, x_dq: Node, weight: torch.Tensor, weight_node:
     """quantized_linear on a [out, in] int8 weight; on MVE the bias folds into a constant kernel_sum."""
     x, q_in, out = rw.int8(x_dq), rw.qparams(x_dq), rw.output_qparams()
     act_min, act_max = rw.activation_range(out)
-    multipliers, shifts = quantize_multiplier(np.float64(q_in.scale) * scales / np.float64(out.scale))
+    if len(set(scales.tolist())) == 1:
+        # A per-tensor weight (the quantizer's linear): the stock kernel takes one multiplier, computed as
+        # TFLM's FULLY_CONNECTED does (GetQuantizedConvolutionMultipler: s_in * s_w in float32, / s_out).
+        product = np.float32(q_in.scale) * np.float32(scales[0])
+        multipliers, shifts = quantize_multiplier(float(product) / float(np.float32(out.scale)))
+    else:
+        multipliers, shifts = quantize_multiplier(np.float64(q_in.scale) * scales / np.float64(out.scale))
     weights = weight_node if weight_node is not None else rw.constant("weight", weight.contiguous())
     kernel_sum = None
     if rw.isa is Isa.MVE:

@@ -283,7 +283,7 @@ SUPPORTED: dict[object, NeutronOp] = {
     edge._adaptive_avg_pool2d.default: NeutronOp("AVERAGE_POOL_2D", (*_MOVE, adaptive_pool_divisible)),
     edge.max_pool2d_with_indices.default: NeutronOp("MAX_POOL_2D", (*_MOVE, max_pool_options)),
     edge.max_pool2d.default: NeutronOp("MAX_POOL_2D", (*_MOVE, max_pool_options)),
-    edge.mean.dim: NeutronOp("MEAN", _MOVE),
+    edge.mean.dim: NeutronOp("AVERAGE_POOL_2D over H and W, else MEAN", _MOVE),
     edge.sum.dim_IntList: NeutronOp("SUM", _MOVE),
     edge.amax.default: NeutronOp("REDUCE_MAX", _MOVE),
     edge.amin.default: NeutronOp("REDUCE_MIN", _MOVE),

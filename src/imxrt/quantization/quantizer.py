@@ -92,11 +92,11 @@ class ImxrtQuantizer(Quantizer):
             right = node.args[1]
             constant = right.op == "get_attr" and right.meta["val"].dim() == 2
             # W is [K, N]: its output channels are its columns
-            rule = rules.Weighted(weight_axis=1) if constant else rules.Compute()
+            rule = rules.Weighted(weight_axis=1, per_channel=False) if constant else rules.Compute()
         if isinstance(rule, rules.Weighted):
             activation, weight = node.args[0], node.args[1]
             input_specs[activation] = in_spec(activation)
-            input_specs[weight] = specs.weight_spec(rule.weight_axis, self.qat)
+            input_specs[weight] = specs.weight_spec(rule.weight_axis, self.qat, rule.per_channel)
             bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
             if isinstance(bias, Node):
                 input_specs[bias] = specs.bias_spec(node, activation, weight)

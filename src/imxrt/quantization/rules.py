@@ -17,12 +17,16 @@ aten = torch.ops.aten
 
 @dataclass(frozen=True)
 class Weighted:
-    """Conv / linear: activation input, per-channel weight at ``weight_axis``, derived int32 bias.
+    """Conv / linear: activation input, symmetric int8 weight, derived int32 bias.
 
-    A following fusable activation (relu, relu6) takes over the output observer: no Q/DQ between them.
+    Conv weights are per output channel (axis ``weight_axis``). Linear weights are per tensor: the stock
+    Cortex-M ``quantized_linear`` kernel takes one multiplier, and per-tensor FULLY_CONNECTED is what
+    TFLite and NXP's own quantizer give the NPU. A following fusable activation (relu, relu6) takes over
+    the output observer: no Q/DQ between them.
     """
 
     weight_axis: int = 0
+    per_channel: bool = True
 
 
 @dataclass(frozen=True)
@@ -46,14 +50,15 @@ class FixedOutput:
 
 @dataclass(frozen=True)
 class MatMul:
-    """x @ W: a constant right operand is a weight (per-channel symmetric over its output columns, so
-    the op lowers to FULLY_CONNECTED); two activations are a ``Compute``."""
+    """x @ W: a constant right operand is a weight (per-tensor symmetric, so the op lowers to
+    FULLY_CONNECTED like a linear); two activations are a ``Compute``."""
 
 
 Rule = Weighted | Compute | SharedWithInput | FixedOutput | MatMul
 
 _SOFTMAX_OUT = FixedOutput(scale=1.0 / 256.0, zero_point=-128)
 _TANH_OUT = FixedOutput(scale=1.0 / 128.0, zero_point=0)
+_LINEAR = Weighted(per_channel=False)
 
 # Ops that move or select values: int8 on every device, output sharing the input's qparams.
 _DATA_MOVEMENT = (
@@ -71,7 +76,7 @@ NPU_RULES: RuleTable = {
     # weighted
     aten.conv2d.default: Weighted(),
     aten.conv2d.padding: Weighted(),
-    aten.linear.default: Weighted(),
+    aten.linear.default: _LINEAR,
     aten.conv_transpose2d.input: Weighted(weight_axis=1),
     # elementwise and matrix compute
     aten.add.Tensor: Compute(),
@@ -118,7 +123,7 @@ NPU_RULES: RuleTable = {
 CPU_RULES: RuleTable = {
     aten.conv2d.default: Weighted(),
     aten.conv2d.padding: Weighted(),
-    aten.linear.default: Weighted(),
+    aten.linear.default: _LINEAR,
     aten.conv_transpose2d.input: Weighted(weight_axis=1),
     aten.add.Tensor: Compute(),
     aten.mul.Tensor: Compute(),

@@ -1,7 +1,8 @@
 """Quantization specs of the int8 scheme every imxrt program uses.
 
-Activations: int8 per-tensor asymmetric. Weights: int8 per-channel symmetric ([-127, 127], so the CMSIS-NN
-and Neutron kernels can treat the filter offset as 0). Bias: int32 at s_in * s_w[c] with zero point 0.
+Activations: int8 per-tensor asymmetric. Weights: int8 symmetric ([-127, 127], so the CMSIS-NN and Neutron
+kernels can treat the filter offset as 0), per output channel for convolutions and per tensor for linear
+layers. Bias: int32 at s_in * s_w[c] with zero point 0.
 """
 
 from __future__ import annotations
@@ -38,22 +39,18 @@ def activation_spec(qat: bool = False) -> QuantizationSpec:
     )
 
 
-def weight_spec(channel_axis: int, qat: bool = False) -> QuantizationSpec:
-    """Per-output-channel symmetric int8 in [-127, 127]."""
-    observer = (
-        FakeQuantize.with_args(observer=MovingAveragePerChannelMinMaxObserver)
-        if qat
-        else PerChannelMinMaxObserver
-    )
-    return QuantizationSpec(
-        dtype=torch.int8,
-        quant_min=-127,
-        quant_max=INT8_MAX,
-        qscheme=torch.per_channel_symmetric,
-        ch_axis=channel_axis,
-        is_dynamic=False,
-        observer_or_fake_quant_ctr=observer,
-    )
+def weight_spec(channel_axis: int, qat: bool = False, per_channel: bool = True) -> QuantizationSpec:
+    """Symmetric int8 in [-127, 127]: one scale per output channel (axis ``channel_axis``), or one."""
+    if per_channel:
+        observer = (FakeQuantize.with_args(observer=MovingAveragePerChannelMinMaxObserver) if qat
+                    else PerChannelMinMaxObserver)
+        return QuantizationSpec(dtype=torch.int8, quant_min=-127, quant_max=INT8_MAX,
+                                qscheme=torch.per_channel_symmetric, ch_axis=channel_axis, is_dynamic=False,
+                                observer_or_fake_quant_ctr=observer)
+    observer = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver) if qat else MinMaxObserver
+    return QuantizationSpec(dtype=torch.int8, quant_min=-127, quant_max=INT8_MAX,
+                            qscheme=torch.per_tensor_symmetric, is_dynamic=False,
+                            observer_or_fake_quant_ctr=observer)
 
 
 def _bias_qparams(observers) -> tuple[torch.Tensor, torch.Tensor]:

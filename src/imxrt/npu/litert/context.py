@@ -295,11 +295,12 @@ class LoweringContext:
             raise UnsupportedForLiteRT(consumer, "bias is not a constant int32 vector behind a dequantize")
         return qdq.as_numpy(value)
 
-    def bias(self, arg: object, consumer: Node, scales: np.ndarray) -> Tensor:
-        """The int32 bias tensor at scale s_in * s_w[c]; a zero bias when the op has none (every
-        runtime accepts a bias, not every one accepts a missing one)."""
+    def bias(self, arg: object, consumer: Node, scales: np.ndarray, per_tensor: bool = False) -> Tensor:
+        """The int32 bias tensor at scale s_in * s_w[c] (one scale when ``per_tensor``); a zero bias when
+        the op has none (every runtime accepts a bias, not every one accepts a missing one)."""
         values = self.bias_values(arg, consumer, len(scales))
-        return self.constant_tensor(f"{consumer.name}_bias", values, PerChannel(tuple(scales), axis=0))
+        quantization = PerTensor(float(scales[0]), 0) if per_tensor else PerChannel(tuple(scales), axis=0)
+        return self.constant_tensor(f"{consumer.name}_bias", values, quantization)
 
     def input_quantization(self, arg: Node, consumer: Node) -> PerTensor:
         quant = self.tensor(arg, consumer).quantization

@@ -50,7 +50,7 @@ _TABLE: list[tuple[object, Converter]] = [
     (aten._adaptive_avg_pool2d.default, pool.convert_adaptive_avg_pool),
     (aten.max_pool2d_with_indices.default, pool.convert_max_pool),
     (aten.max_pool2d.default, pool.convert_max_pool),
-    (aten.mean.dim, reduce.MEAN),
+    (aten.mean.dim, pool.convert_mean),
     (aten.sum.dim_IntList, reduce.SUM),
     (aten.amax.default, reduce.REDUCE_MAX),
     (aten.amin.default, reduce.REDUCE_MIN),

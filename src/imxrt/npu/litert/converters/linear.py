@@ -1,5 +1,5 @@
-"""linear / addmm / mm with a constant weight -> FULLY_CONNECTED (weights [out, in], per-channel along
-out); bmm, and mm of two activations -> BATCH_MATMUL."""
+"""linear / addmm / mm with a constant weight -> FULLY_CONNECTED (weights [out, in], per tensor as the
+quantizer gives them, or per channel along out); bmm, and mm of two activations -> BATCH_MATMUL."""
 
 from __future__ import annotations
 
@@ -62,9 +62,14 @@ def _fully_connected(ctx, node, x_arg, weight_arg, bias_arg, weight_is_transpose
     x = ctx.tensor(x_arg, node)
     out = ctx.output(node, fusable=True)
     weight, scales, weight_name = _fc_weight(ctx, node, weight_arg, weight_is_transposed)
-    filters = ctx.constant_tensor(weight_name, weight, PerChannel(tuple(scales), axis=0))
     assert isinstance(x.quantization, PerTensor)
-    bias = ctx.bias(bias_arg, node, np.float32(x.quantization.scale) * scales.astype(np.float32))
+    bias_scales = np.float32(x.quantization.scale) * scales.astype(np.float32)
+    if len(set(scales.tolist())) == 1:  # a per-tensor weight stays per tensor: TFLM's per-tensor FC path
+        filters = ctx.constant_tensor(weight_name, weight, PerTensor(float(scales[0]), 0))
+        bias = ctx.bias(bias_arg, node, bias_scales, per_tensor=True)
+    else:
+        filters = ctx.constant_tensor(weight_name, weight, PerChannel(tuple(scales), axis=0))
+        bias = ctx.bias(bias_arg, node, bias_scales)
     rank = len(edge_shape(x_arg))
     if rank <= 2:
         fc = options(schema.FullyConnectedOptionsT, fusedActivationFunction=out.fused)

@@ -1,16 +1,17 @@
-"""Pooling: avg_pool2d, _adaptive_avg_pool2d -> AVERAGE_POOL_2D; max_pool2d(_with_indices) -> MAX_POOL_2D.
-Both int8 kernels keep the input's qparams. Padding TFLite's SAME cannot express becomes a PAD in front:
-the zero point for an average that counts padding, -128 for a max."""
+"""Pooling: avg_pool2d, _adaptive_avg_pool2d, and mean over H and W -> AVERAGE_POOL_2D;
+max_pool2d(_with_indices) -> MAX_POOL_2D. Both int8 kernels keep the input's qparams. Padding TFLite's SAME
+cannot express becomes a PAD in front: the zero point for an average that counts padding, -128 for a max."""
 
 from __future__ import annotations
 
 from ai_edge_litert import schema_py_generated as schema
 from torch.fx import Node
 
-from imxrt.npu.litert import qdq
+from imxrt.npu.litert import layout, qdq
 from imxrt.npu.litert.context import LoweringContext, edge_shape
 from imxrt.npu.litert.converters.common import Padding, options, window_padding
 from imxrt.npu.litert.converters.pad import pad_tensor
+from imxrt.npu.litert.converters.reduce import MEAN
 from imxrt.npu.litert.errors import UnsupportedForLiteRT
 
 
@@ -60,6 +61,30 @@ def convert_adaptive_avg_pool(ctx: LoweringContext, node: Node) -> None:
     kernel = (height // out_h, width // out_w)
     x = ctx.tensor(node.args[0], node)
     _emit_pool(ctx, "AVERAGE_POOL_2D", x, ctx.output(node), kernel, kernel, Padding.VALID)
+
+
+def convert_mean(ctx: LoweringContext, node: Node) -> None:
+    """mean.dim over H and W of a rank-4 tensor (a global average) -> AVERAGE_POOL_2D over the whole plane:
+    the kernel the Cortex-M runs for it as well (CMSIS-NN has no mean), so a mean rounds the same way on
+    both devices; TFLite's MEAN rounds differently (a fixed-point 1/n). Other means -> MEAN."""
+    in_shape = edge_shape(node.args[0])
+    dims = _arg(node, 1, "dim", None)
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    if len(in_shape) != 4 or sorted(d % 4 for d in dims) != [2, 3] or node.kwargs.get("dtype") is not None:
+        MEAN(ctx, node)
+        return
+    batch, channels, height, width = in_shape
+    x = ctx.tensor(node.args[0], node)
+    out = ctx.output(node)
+    if _arg(node, 2, "keepdim", False):
+        _emit_pool(ctx, "AVERAGE_POOL_2D", x, out, (height, width), (1, 1), Padding.VALID)
+        return
+    pooled_edge = [batch, channels, 1, 1]
+    pooled = ctx.activation_tensor(out.anchor.name + "_pooled", layout.stored_shape(pooled_edge), x.quantization)
+    pool = options(schema.Pool2DOptionsT, padding=Padding.VALID, strideH=1, strideW=1, filterHeight=height,
+                   filterWidth=width)
+    ctx.emit("AVERAGE_POOL_2D", [x], [pooled], pool, out.sources)
+    ctx.bind(out, ctx.apply_steps(pooled, layout.view_steps(pooled_edge, out.edge_shape), out.sources))
 
 
 def convert_max_pool(ctx: LoweringContext, node: Node) -> None:

@@ -24,6 +24,7 @@ from imxrt.kernels.requantize import (
     prepare_output_stage,
     to_int8,
 )
+from imxrt.kernels.scratch import Scratch
 
 # NHWC dimension positions
 BATCH, HEIGHT, WIDTH, CHANNELS = 0, 1, 2, 3
@@ -102,6 +103,29 @@ class Window:
                       start_x:start_x + (out_w - 1) * self.stride[1] + 1:self.stride[1], :]
 
 
+    def tap_rows(self, padded: np.ndarray) -> list[np.ndarray]:
+        """Every tap's view of ``padded`` (kh * kw of them, row-major), each as [N, out_h, out_w * C] with
+        contiguous rows: numpy then runs long inner loops instead of one per output pixel (C elements).
+        With a horizontal stride, the padded columns are first split by phase (column mod stride), so that
+        the columns a tap reads are adjacent."""
+        stride_h, stride_w = self.stride
+        dilation_h, dilation_w = self.dilation
+        out_h, out_w = self.output_size
+        batch, _, _, channels = padded.shape
+        phases = {}
+        views = []
+        for filter_y in range(self.filter_size[0]):
+            start_y = filter_y * dilation_h
+            for filter_x in range(self.filter_size[1]):
+                column = filter_x * dilation_w
+                phase = column % stride_w
+                if phase not in phases:
+                    phases[phase] = padded if stride_w == 1 else np.ascontiguousarray(padded[:, :, phase::stride_w, :])
+                first = column // stride_w
+                view = phases[phase][:, start_y:start_y + (out_h - 1) * stride_h + 1:stride_h, first:first + out_w, :]
+                views.append(view.reshape(batch, out_h, out_w * channels))
+        return views
+
 def make_window(input_hw, filter_hw, stride, dilation, same: bool) -> Window:
     sizes, pads = [], []
     for axis in (0, 1):
@@ -128,6 +152,7 @@ class ConvParams:
     weights: np.ndarray  # [K = kh * kw * C_in, C_out] float (exact integers), rows in (filter_y, filter_x, c) order
     input_zero_point: int
     output: OutputStage  # the bias folded with -zp_in * sum_tap w, MBQM, zp_out, clamp
+    scratch: Scratch = field(default_factory=Scratch, repr=False, compare=False)
 
 
 def prepare_conv(filters: np.ndarray, bias: np.ndarray | None, window: Window, input_zero_point: int,
@@ -151,7 +176,9 @@ def conv2d(x: np.ndarray, params: ConvParams) -> np.ndarray:
     taps = [window.tap(padded, filter_y, filter_x) for filter_y in range(filter_h) for filter_x in range(filter_w)]
     columns = taps[0] if len(taps) == 1 else np.concatenate(taps, axis=CHANNELS)
     batch, out_h, out_w = columns.shape[:3]
-    acc = columns.reshape(batch * out_h * out_w, -1) @ params.weights
+    weights = params.weights
+    acc = params.scratch.get("acc", (batch * out_h * out_w, weights.shape[1]), weights.dtype)
+    np.matmul(columns.reshape(batch * out_h * out_w, -1), weights, out=acc)
     return params.output(acc).reshape(batch, out_h, out_w, -1)
 
 
@@ -167,40 +194,46 @@ class DepthwiseParams:
     output_zero_point: int
     act_min: int
     act_max: int
-    # Derived when constructed: the weights as exact floats, and the output stage with the folded bias.
+    # Derived when constructed: the weights as exact floats (one row of out_w * C_out per tap, to match
+    # ``Window.tap_rows``), and the output stage with the folded bias.
     taps: np.ndarray = field(init=False, repr=False, compare=False)  # float[kh, kw, C_out]
+    row_taps: np.ndarray = field(init=False, repr=False, compare=False)  # float[kh * kw, out_w * C_out]
     output: OutputStage = field(init=False, repr=False, compare=False)
+    scratch: Scratch = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         filter_h, filter_w, out_channels = self.weights.shape
         by_channel = self.weights.reshape(filter_h * filter_w, out_channels).T.astype(np.int64)
         low, high = accumulator_range(by_channel, *_input_range(self.input_zero_point))
         folded = np.asarray(self.bias, np.int64) - int(self.input_zero_point) * by_channel.sum(axis=1)
-        object.__setattr__(self, "taps", self.weights.astype(_sum_dtype(low, high)))
+        taps = self.weights.astype(_sum_dtype(low, high))
+        object.__setattr__(self, "taps", taps)
+        object.__setattr__(self, "row_taps", np.tile(taps, (1, 1, self.window.output_size[1])).reshape(
+            filter_h * filter_w, -1))
+        object.__setattr__(self, "scratch", Scratch())
         object.__setattr__(self, "output", prepare_output_stage(
             self.multipliers, self.shifts, folded, low, high, self.output_zero_point, self.act_min, self.act_max))
 
 
 def depthwise_conv2d(x: np.ndarray, params: DepthwiseParams) -> np.ndarray:
     """Output channel c reads input channel c // depth_multiplier; one multiply-add per tap over every
-    output position, in place."""
+    output position (rows of out_w * C values, see ``Window.tap_rows``), in place."""
     window = params.window
     padded = _padded_values(x, window, params.input_zero_point, params.taps.dtype)
     if params.depth_multiplier > 1:
         padded = np.repeat(padded, params.depth_multiplier, axis=CHANNELS)
-    filter_h, filter_w = window.filter_size
-    shape = (x.shape[BATCH], *window.output_size, params.taps.shape[-1])
-    acc = np.empty(shape, params.taps.dtype)
-    term = np.empty(shape, params.taps.dtype)
-    for filter_y in range(filter_h):
-        for filter_x in range(filter_w):
-            tap = window.tap(padded, filter_y, filter_x)
-            if filter_y == 0 and filter_x == 0:
-                np.multiply(tap, params.taps[0, 0], out=acc)
-            else:
-                np.multiply(tap, params.taps[filter_y, filter_x], out=term)
-                acc += term
-    return params.output(acc)
+    out_h, out_w = window.output_size
+    channels = params.taps.shape[-1]
+    shape = (x.shape[BATCH], out_h, out_w * channels)
+    acc = params.scratch.get("acc", shape, params.taps.dtype)
+    term = params.scratch.get("term", shape, params.taps.dtype)
+    for tap, (view, weights) in enumerate(zip(window.tap_rows(padded), params.row_taps, strict=True)):
+        if tap == 0:
+            np.multiply(view, weights, out=acc)
+        else:
+            np.multiply(view, weights, out=term)
+            acc += term
+    return params.output(acc.reshape(x.shape[BATCH], out_h, out_w, channels))
 
 
 @dataclass(frozen=True)

@@ -9,38 +9,62 @@ Sums are exact float matmuls (see conv.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from imxrt.kernels.conv import _exact_float, _input_range, _sum_dtype, accumulator_range
-from imxrt.kernels.requantize import OutputStage, multiply_by_quantized_multiplier, prepare_output_stage, to_int8
+from imxrt.kernels.requantize import (
+    FloatOutputStage,
+    OutputStage,
+    multiply_by_quantized_multiplier,
+    prepare_output_stage,
+    to_int8,
+)
+from imxrt.kernels.scratch import Scratch
 
 
 @dataclass(frozen=True)
 class FullyConnectedParams:
-    weights: np.ndarray  # [in, out] float (exact integers)
+    weights: np.ndarray  # [in, out] float (exact integers); or, folded, float64 [in + 1, out] (see below)
     output: OutputStage  # the bias folded with -zp_in * sum_i w[o, i], MBQM, zp_out, clamp
     output_shape: tuple[int, ...]
+    folded: bool = False  # the output stage's scale and offset are in ``weights``: [q, 1] @ weights = z
+    scratch: Scratch = field(default_factory=Scratch, repr=False, compare=False)
 
 
 def prepare_fully_connected(weights: np.ndarray, bias: np.ndarray | None, input_zero_point: int, multipliers,
                             shifts, output_zero_point: int, act_min: int, act_max: int, output_shape
                             ) -> FullyConnectedParams:
     """``weights`` int8 [out, in]. The zero point folds into the bias, so the matmul reads raw int8:
-    acc[b, o] = (bias[o] - zp_in * sum_i w[o, i]) + sum_i w[o, i] q[b, i]."""
+    acc[b, o] = (bias[o] - zp_in * sum_i w[o, i]) + sum_i w[o, i] q[b, i]. When exact, the output stage's
+    scale and offset fold into the weights too: one float64 matmul, then only the clamp (a small layer's
+    time is its number of numpy calls)."""
     out_features = weights.shape[0]
     by_channel = weights.astype(np.int64)
     low, high = accumulator_range(by_channel, *_input_range(input_zero_point))
     bias = np.zeros(out_features, np.int64) if bias is None else bias.astype(np.int64)
     folded = bias - int(input_zero_point) * by_channel.sum(axis=1)
     output = prepare_output_stage(multipliers, shifts, folded, low, high, output_zero_point, act_min, act_max)
+    scaled = output.fold(by_channel.T) if isinstance(output, FloatOutputStage) else None
+    if scaled is not None:
+        return FullyConnectedParams(np.ascontiguousarray(scaled), output, tuple(output_shape), folded=True)
     return FullyConnectedParams(np.ascontiguousarray(by_channel.T.astype(_sum_dtype(low, high))), output,
                                 tuple(output_shape))
 
 
 def fully_connected(x: np.ndarray, params: FullyConnectedParams) -> np.ndarray:
-    acc = x.reshape(-1, params.weights.shape[0]).astype(params.weights.dtype) @ params.weights
+    weights = params.weights
+    if params.folded:
+        rows = x.size // (weights.shape[0] - 1)
+        augmented = params.scratch.get("rows", (rows, weights.shape[0]), np.float64)  # [q, 1]
+        inputs = augmented[:, :-1]
+        np.copyto(inputs, x.reshape(inputs.shape))
+        augmented[:, -1] = 1.0
+        z = np.dot(augmented, weights, out=params.scratch.get("z", (rows, weights.shape[1]), np.float64))
+        return params.output.finish(z).reshape(params.output_shape)
+    rows = x.reshape(-1, weights.shape[0]).astype(weights.dtype)
+    acc = np.dot(rows, weights, out=params.scratch.get("acc", (rows.shape[0], weights.shape[1]), weights.dtype))
     return params.output(acc).reshape(params.output_shape)
 
 

@@ -7,9 +7,11 @@ Values are int64 numpy arrays holding int32 quantities, so products of two int32
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from imxrt.kernels.scratch import Scratch
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT8_MIN, INT8_MAX = -128, 127
@@ -154,6 +156,9 @@ def to_int8(acc: np.ndarray, output_zero_point: int, act_min: int, act_max: int)
 FLOAT_EXACT = 1 << 53  # integers below this are exact in float64, and so are products and sums below it
 
 
+SMALL = 4096  # below this many elements a numpy call costs more than its loop: prefer the cheapest calls
+
+
 @dataclass(frozen=True)
 class FloatOutputStage:
     """q_out = clamp(MBQM(acc + bias, M, shift) + zp_out) in float64, bit-exact where ``prepare_output_stage``
@@ -163,23 +168,47 @@ class FloatOutputStage:
         z = acc * scale + offset                 (offset holds bias, K and zp_out - act_min)
         z -= tie_step where z < tie_threshold    (RoundingDivideByPOT's ties of negative values)
         q_out = act_min + floor(clamp(z, 0, act_max - act_min))   (truncation = floor on values >= 0)
+
+    The tie step only moves values below MBQM = 0 down; when act_min >= zp_out the clamp sends all of them
+    to act_min anyway, and the step is left out (``tie_step`` None).
     """
 
     scale: np.ndarray  # float64[C]: M' * 2**-S
     offset: np.ndarray  # float64[C]: (bias M' + K) * 2**-S + zp_out - act_min
     tie_threshold: float  # 1/2 + zp_out - act_min
-    tie_step: np.ndarray | None  # float64[C]: 2**31 * 2**-S, 0 where right = 0; None when no channel rounds twice
+    tie_step: np.ndarray | None  # float64[C]: 2**31 * 2**-S (0 where right = 0), or None
     levels: float  # act_max - act_min
     act_min: int
+    foldable: bool = False  # ``fold`` is exact: |offset| + |acc M'| < 2**53 in units of 2**-S
+    scratch: Scratch = field(default_factory=Scratch, repr=False, compare=False)
 
     def __call__(self, acc: np.ndarray) -> np.ndarray:
-        z = np.multiply(acc, self.scale, dtype=np.float64)
+        z = self.scratch.get("z", acc.shape, np.float64)
+        np.multiply(acc, self.scale, out=z)
         z += self.offset
+        return self.finish(z)
+
+    def fold(self, weights: np.ndarray) -> np.ndarray | None:
+        """``weights`` [K, C] (integers) as float64 [K + 1, C]: each column times its scale, then the offset
+        as a last row, so that ``[q, 1] @ folded`` is z itself (``finish`` takes it from there). None unless
+        every partial sum of that product is, in units of 2**-S, an integer below 2**53 (so exact)."""
+        if not self.foldable:
+            return None
+        return np.vstack([weights * self.scale, self.offset[None, :]])
+
+    def finish(self, z: np.ndarray) -> np.ndarray:
+        """z (float64, overwritten) -> int8."""
         if self.tie_step is not None:
-            np.subtract(z, self.tie_step, out=z, where=z < self.tie_threshold)
-        np.clip(z, 0.0, self.levels, out=z)
+            below = np.less(z, self.tie_threshold, out=self.scratch.get("below", z.shape, np.bool_))
+            step = np.multiply(below, self.tie_step, out=self.scratch.get("step", z.shape, np.float64))
+            z -= step  # (a masked subtract, ``where=``, is several times slower on mixed signs)
         q = np.empty(z.shape, np.uint8)
-        np.copyto(q, z, casting="unsafe")  # z in [0, 255]: C truncation is the floor
+        if z.size < SMALL:
+            np.maximum(z, 0.0, out=z)
+            np.minimum(z, self.levels, out=z)
+            np.copyto(q, z, casting="unsafe")  # z in [0, 255]: C truncation is the floor
+        else:
+            np.clip(z, 0.0, self.levels, out=q, casting="unsafe")
         if self.act_min & 0xFF:
             q += self.act_min & 0xFF  # uint8 wrap-around: q - 256 + act_min, read back as int8
         return q.view(np.int8)
@@ -225,33 +254,38 @@ def prepare_output_stage(multipliers, shifts, bias, acc_min, acc_max, output_zer
     channels = bias.shape[0]
     multiplier, offset, tie_threshold, tie_step, total_shift = (
         np.broadcast_to(v, (channels,)).astype(np.int64) for v in rounding_constants(multipliers, shifts))
-    if _float_exact(bias, multiplier, offset, total_shift, acc_min, acc_max, output_zero_point - act_min):
+    exact = _float_exact(bias, multiplier, offset, total_shift, acc_min, acc_max, output_zero_point - act_min)
+    if exact is not None:
         unit = np.ldexp(1.0, -total_shift)  # 2**-S, exact
         twice = tie_step != 0
         return FloatOutputStage(
             scale=multiplier.astype(np.float64) * unit,
             offset=(bias * multiplier + offset).astype(np.float64) * unit + float(output_zero_point - act_min),
             tie_threshold=0.5 + float(output_zero_point - act_min),
-            tie_step=np.where(twice, np.ldexp(1.0, 31 - total_shift), 0.0) if twice.any() else None,
-            levels=float(act_max - act_min), act_min=int(act_min))
+            tie_step=(np.where(twice, np.ldexp(1.0, 31 - total_shift), 0.0)
+                      if twice.any() and act_min < output_zero_point else None),
+            levels=float(act_max - act_min), act_min=int(act_min), foldable=exact)
     return IntegerOutputStage(bias, multiplier, offset, tie_threshold, tie_step, total_shift, int(output_zero_point),
                               int(act_min), int(act_max))
 
 
-def _float_exact(bias, multiplier, offset, total_shift, acc_min, acc_max, level_offset: int) -> bool:
-    """Every value of FloatOutputStage, counted in units of 2**-S, is an integer below 2**53 in magnitude:
-    the product acc M', the offset, and their sums for any acc in [acc_min, acc_max] (plus or minus the
-    tie step, and the level offset zp_out - act_min), computed with Python's exact integers."""
+def _float_exact(bias, multiplier, offset, total_shift, acc_min, acc_max, level_offset: int) -> bool | None:
+    """None unless every value of FloatOutputStage, counted in units of 2**-S, is an integer below 2**53 in
+    magnitude: the product acc M', the offset, and their sums for any acc in [acc_min, acc_max] (plus or
+    minus the tie step, and the level offset zp_out - act_min), computed with Python's exact integers.
+    Otherwise whether folding into the matmul is exact too: |offset| + |acc M'| stays below 2**53."""
     if acc_min is None or acc_max is None:
-        return False
+        return None
     lows = np.broadcast_to(np.asarray(acc_min, dtype=np.int64), bias.shape)
     highs = np.broadcast_to(np.asarray(acc_max, dtype=np.int64), bias.shape)
+    foldable = True
     for channel in range(bias.shape[0]):
         m, s = int(multiplier[channel]), int(total_shift[channel])
         low, high = int(lows[channel]), int(highs[channel])
         base = int(bias[channel]) * m + int(offset[channel]) + level_offset * (1 << s)
-        worst = max(abs(low) * m, abs(high) * m, abs(base), abs(base + low * m) + (1 << 31),
-                    abs(base + high * m) + (1 << 31))
+        largest_product = max(abs(low), abs(high)) * m
+        worst = max(largest_product, abs(base), abs(base + low * m) + (1 << 31), abs(base + high * m) + (1 << 31))
         if worst >= FLOAT_EXACT:
-            return False
-    return True
+            return None
+        foldable = foldable and abs(base) + largest_product + (1 << 31) < FLOAT_EXACT
+    return foldable

@@ -9,6 +9,7 @@ Operators map to kernels through ``PREPARERS``, one explicit table keyed by ``Bu
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -509,15 +510,43 @@ PREPARERS = _register([
 ])
 
 
-@functools.cache
-def _blas_controller() -> threadpoolctl.ThreadpoolController:
-    return threadpoolctl.ThreadpoolController()
-
-
-def _single_threaded_blas():
+class SingleThreadedBlas:
     """Our matmuls are small: a multi-threaded BLAS spends more on waking threads than on the work (seen
-    100-500x slower on two-core machines), so BLAS runs single-threaded during ``run``."""
-    return _blas_controller().limit(limits=1, user_api="blas")
+    100-500x slower on two-core machines), so BLAS runs single-threaded while a subgraph runs. The BLAS
+    libraries are found once; entering and leaving costs a few C calls (threadpoolctl's ``limit``, which
+    rescans them every time, costs ~10 us, a small layer's whole runtime)."""
+
+    def __init__(self) -> None:
+        self._libraries = threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers
+
+    def enter(self) -> list:
+        """Limit every BLAS to one thread; returns what ``leave`` restores."""
+        saved = [library.get_num_threads() for library in self._libraries]
+        for library, threads in zip(self._libraries, saved, strict=True):
+            if threads != 1:
+                library.set_num_threads(1)
+        return saved
+
+    def leave(self, saved: list) -> None:
+        for library, threads in zip(self._libraries, saved, strict=True):
+            if threads != 1 and threads is not None:
+                library.set_num_threads(threads)
+
+
+@functools.cache
+def single_threaded_blas() -> SingleThreadedBlas:
+    return SingleThreadedBlas()
+
+
+def _gather(indices: tuple[int, ...]) -> Callable[[list], tuple]:
+    """The operand arrays of a step from the value list, as one C call; an omitted operand (-1) reads the
+    list's last slot, which always holds None."""
+    if len(indices) == 1:
+        index = indices[0]
+        return lambda values: (values[index],)
+    if not indices:
+        return lambda values: ()
+    return operator.itemgetter(*indices)
 
 
 class LiteRTRunner:
@@ -529,9 +558,14 @@ class LiteRTRunner:
                  outputs: list[TensorSpec]):
         self.steps = steps
         self.inputs, self.outputs = inputs, outputs
-        self._tensor_count = tensor_count
-        self._constants = constants
         self._input_indices, self._output_indices = input_indices, output_indices
+        # The value list every run starts from: constants in place, and a last slot for omitted operands.
+        self._initial_values: list = [None] * (tensor_count + 1)
+        for index, data in constants.items():
+            self._initial_values[index] = data
+        self._program = [(step.evaluate, _gather(step.inputs), step.outputs[0] if len(step.outputs) == 1 else None,
+                          step.outputs) for step in steps]
+        self._blas = single_threaded_blas()
 
     @classmethod
     def from_bytes(cls, tflite: bytes) -> LiteRTRunner:
@@ -577,14 +611,18 @@ class LiteRTRunner:
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         self._check(inputs)
-        values: list = [None] * self._tensor_count
-        for index, data in self._constants.items():
-            values[index] = data
+        values = self._initial_values.copy()
         for index, array in zip(self._input_indices, inputs, strict=True):
             values[index] = array
-        with _single_threaded_blas():
-            for step in self.steps:
-                results = step.evaluate([values[i] if i >= 0 else None for i in step.inputs])
-                for index, result in zip(step.outputs, results, strict=True):
-                    values[index] = result
+        saved = self._blas.enter()
+        try:
+            for evaluate, gather, output, outputs in self._program:
+                results = evaluate(gather(values))
+                if output is not None:
+                    values[output] = results[0]
+                else:
+                    for index, result in zip(outputs, results, strict=True):
+                        values[index] = result
+        finally:
+            self._blas.leave(saved)
         return [np.ascontiguousarray(values[i]) for i in self._output_indices]

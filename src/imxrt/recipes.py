@@ -31,6 +31,7 @@ from executorch.export import (
     recipe_registry,
 )
 
+from imxrt.cpu.lowering import LowerToCortexMPass
 from imxrt.npu.backend import stamp_delegate_ids
 from imxrt.npu.partitioner import KEEP_WHOLE, NpuPartitioner
 from imxrt.passes import EDGE_PASSES, run_aten_passes
@@ -119,7 +120,9 @@ def neutron_recipe(target: Target, calibration: CalibrationFn | None = None, neu
 def cortex_m_recipe(target: Target, calibration: CalibrationFn | None = None,
                     shared_steps: bool = True) -> ExportRecipe:
     """The CPU side of ``target``: the Cortex-M's rules and the lowering for its CMSIS-NN path."""
-    return _recipe(f"{target.name}_cortex_m_{target.cpu.isa.value}", CPU_RULES, calibration, shared_steps)
+    isa = target.cpu.isa
+    return _recipe(f"{target.name}_cortex_m_{isa.value}", CPU_RULES, calibration, shared_steps,
+                   edge_manager_passes=[lambda edge: [LowerToCortexMPass(isa)]])
 
 
 def recipe_for(target: str | Target = "imxrt700", isa: str | None = None, calibration: CalibrationFn | None = None,

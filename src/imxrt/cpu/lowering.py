@@ -20,6 +20,8 @@ import operator
 
 import torch
 from executorch.exir import EdgeProgramManager
+from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+from torch.export import ExportedProgram
 from torch.fx import Node
 
 from imxrt import macs
@@ -37,11 +39,29 @@ _BOUNDARY = {QUANTIZE_PER_TENSOR: "quantize_per_tensor", DEQUANTIZE_PER_TENSOR: 
 def lower_to_cortex_m(edge: EdgeProgramManager, isa: Isa | str, placement_log: PlacementLog) -> EdgeProgramManager:
     """A new program where every int8 cluster outside the NPU delegates runs a cortex_m kernel for ``isa``
     (or, for data movement, the portable kernel in int8); ``edge`` is left as it was."""
+    program = lower_program(edge.exported_program(), isa, placement_log)
+    return EdgeProgramManager({"forward": program}, edge._config_methods, compile_config=edge.compile_config)
+
+
+class LowerToCortexMPass(ExportedProgramPassBase):
+    """``lower_program`` as a pass over an ExportedProgram, for ``EdgeProgramManager.transform`` (the
+    Cortex-M export recipe's lowering step)."""
+
+    def __init__(self, isa: Isa | str, placement_log: PlacementLog | None = None):
+        super().__init__()
+        self.isa = isa
+        self.placement_log = placement_log if placement_log is not None else PlacementLog()
+
+    def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
+        return ExportedProgramPassResult(lower_program(exported_program, self.isa, self.placement_log), True)
+
+
+def lower_program(exported_program: ExportedProgram, isa: Isa | str, placement_log: PlacementLog) -> ExportedProgram:
+    """The lowered copy of ``exported_program`` (which is left as it was)."""
     import imxrt.cpu.ops  # noqa: F401  (registers the cortex_m ops)
 
-    isa = isa if isinstance(isa, Isa) else Isa(isa)  # a target's CpuConfig names it as a string
-
-    program = copy.deepcopy(edge.exported_program())
+    isa = isa if isinstance(isa, Isa) else Isa(isa)
+    program = copy.deepcopy(exported_program)
     editor = Editor(program)
     graph = editor.graph
     clusters = find_clusters(graph)
@@ -77,8 +97,9 @@ def lower_to_cortex_m(edge: EdgeProgramManager, isa: Isa | str, placement_log: P
     graph.eliminate_dead_code()
     assign_dim_orders(graph)
     editor.remove_dead_constants()
+    editor.sync_output_names()
     program.graph_module.recompile()
-    return EdgeProgramManager({"forward": program}, edge._config_methods, compile_config=edge.compile_config)
+    return program
 
 
 def _is_edge_compute(node: Node) -> bool:

@@ -14,7 +14,7 @@ import torch
 from executorch.backends.transforms.utils import create_constant_placeholder, delete_constant_placeholder
 from executorch.exir.passes import make_alloc_node
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, TensorArgument
 from torch.fx import Node
 
 from imxrt.npu.support import op_name
@@ -68,6 +68,15 @@ class Editor:
                 delete_constant_placeholder(self.program, node)
                 removed.append(node.name)
         return removed
+
+    def sync_output_names(self) -> None:
+        """The signature names each model output by the node producing it: after replacing those nodes
+        (the output dequantize became cortex_m's), point it at the new ones."""
+        outputs = self.graph.output_node().args[0]
+        outputs = outputs if isinstance(outputs, (list, tuple)) else (outputs,)
+        for spec, value in zip(self.program.graph_signature.output_specs, outputs, strict=True):
+            if isinstance(spec.arg, TensorArgument) and isinstance(value, Node):
+                spec.arg.name = value.name
 
     # --- nodes -------------------------------------------------------------------------------------------
 

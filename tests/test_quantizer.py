@@ -107,3 +107,20 @@ def test_an_op_only_the_npu_runs_in_int8_stays_float_on_a_cpu_only_target(target
     (gelu,) = nodes_named(program, "aten.gelu.default")
     assert all(is_dequantize(arg) for arg in sub.args) == sub_is_int8
     assert is_dequantize(gelu.args[0])  # gelu is an int8 table lookup on both
+
+
+class AddRelu(nn.Module):
+    def forward(self, x, y):
+        return torch.relu(x + y)
+
+
+def test_relu_after_add_is_fused_into_the_add_like_after_a_conv():
+    """ADD and cortex_m quantized_add clamp their own output: no Q/DQ pair between add and relu, and the
+    relu's observer gives the add's output qparams (zero point -128: nothing below 0 is representable)."""
+    data = _calibration((1, 16), (1, 16))
+    program = int8_edge_program(AddRelu(), data[0], data)
+    (add,) = nodes_named(program, "aten.add.Tensor")
+    (relu,) = add.users
+    assert relu.target.__name__ == "aten.relu.default"
+    (q,) = relu.users
+    assert qparams_of_quantize(q).zero_point == -128

@@ -100,17 +100,10 @@ class ImxrtQuantizer(Quantizer):
             bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
             if isinstance(bias, Node):
                 input_specs[bias] = specs.bias_spec(node, activation, weight)
-            output_spec = act
-            fused = self._fusable_user(node)
-            if fused is not None:
-                # The activation is part of this op's kernel: observe only after it.
-                output_spec = None
-                fused.meta[_ANNOTATION] = QuantizationAnnotation(
-                    input_qspec_map={}, output_qspec=act, _annotated=True
-                )
+            output_spec = self._output_through_fused_activation(node, act)
         elif isinstance(rule, rules.Compute):
             input_specs = {arg: in_spec(arg) for arg in inputs}
-            output_spec = act
+            output_spec = self._output_through_fused_activation(node, act) if rule.fuses_activation else act
         elif isinstance(rule, rules.FixedOutput):
             input_specs = {arg: in_spec(arg) for arg in inputs}
             output_spec = specs.fixed_spec(rule.scale, rule.zero_point)
@@ -138,6 +131,15 @@ class ImxrtQuantizer(Quantizer):
         if annotation is not None and annotation.output_qspec is not None:
             return SharedQuantizationSpec(arg)
         return act
+
+    def _output_through_fused_activation(self, node: Node, act: QuantizationSpecBase) -> QuantizationSpecBase | None:
+        """The output spec of an op whose kernel clamps its own output: none when a fusable activation
+        follows (it is part of the kernel: observe only after it), else ``act``."""
+        fused = self._fusable_user(node)
+        if fused is None:
+            return act
+        fused.meta[_ANNOTATION] = QuantizationAnnotation(input_qspec_map={}, output_qspec=act, _annotated=True)
+        return None
 
     @staticmethod
     def _fusable_user(node: Node) -> Node | None:

@@ -31,7 +31,13 @@ class Weighted:
 
 @dataclass(frozen=True)
 class Compute:
-    """An op that computes new values: its tensor inputs and its output each get their own observer."""
+    """An op that computes new values: its tensor inputs and its output each get their own observer.
+
+    ``fuses_activation``: the int8 kernel clamps its own output (TFLite's fused activation, CMSIS-NN's
+    activation range), so a following relu / relu6 takes over the output observer, as for ``Weighted``.
+    """
+
+    fuses_activation: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ Rule = Weighted | Compute | SharedWithInput | FixedOutput | MatMul
 _SOFTMAX_OUT = FixedOutput(scale=1.0 / 256.0, zero_point=-128)
 _TANH_OUT = FixedOutput(scale=1.0 / 128.0, zero_point=0)
 _LINEAR = Weighted(per_channel=False)
+_ADD = Compute(fuses_activation=True)  # TFLite ADD / SUB and cortex_m quantized_add clamp their output
 
 # Ops that move or select values: int8 on every device, output sharing the input's qparams.
 _DATA_MOVEMENT = (
@@ -79,8 +86,8 @@ NPU_RULES: RuleTable = {
     aten.linear.default: _LINEAR,
     aten.conv_transpose2d.input: Weighted(weight_axis=1),
     # elementwise and matrix compute
-    aten.add.Tensor: Compute(),
-    aten.sub.Tensor: Compute(),
+    aten.add.Tensor: _ADD,
+    aten.sub.Tensor: _ADD,
     aten.mul.Tensor: Compute(),  # calibrated inputs: no clipping of either operand to a fixed range
     aten.bmm.default: Compute(),
     aten.matmul.default: MatMul(),
@@ -125,7 +132,7 @@ CPU_RULES: RuleTable = {
     aten.conv2d.padding: Weighted(),
     aten.linear.default: _LINEAR,
     aten.conv_transpose2d.input: Weighted(weight_axis=1),
-    aten.add.Tensor: Compute(),
+    aten.add.Tensor: _ADD,
     aten.mul.Tensor: Compute(),
     aten.div.Tensor: Compute(),  # cortex_m::quantized_div (a division by a constant became a mul earlier)
     aten.bmm.default: Compute(),

@@ -54,6 +54,7 @@ SPECIAL: dict[str, Callable] = {
     "aten::sigmoid.out": portable.sigmoid,
     "aten::_softmax.out": portable.softmax,
     "aten::mean.out": portable.mean,
+    "aten::upsample_nearest2d.vec_out": portable.upsample_nearest2d,  # int8 channels_last (data movement)
     "dim_order_ops::_to_dim_order_copy.out": _copy_into_out,
     "dim_order_ops::_clone_dim_order.out": _copy_into_out,
     "dim_order_ops::_empty_dim_order.out": _empty_into_out,

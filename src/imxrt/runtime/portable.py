@@ -15,6 +15,7 @@ rows of 300-1,000) by 1 ULP. A float ``mm`` without bias still runs torch's kern
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -105,4 +106,22 @@ def mean(self, dim, keepdim=False, *, dtype=None, out):
     rows = self.permute(*kept, *dims).reshape(*[self.shape[d] for d in kept], -1)
     result = _sum_in_order(rows) / rows.shape[-1]
     out.copy_(result.reshape(out.shape))
+    return out
+
+
+def _nearest_indices(in_size: int, out_size: int, scale: float | None) -> torch.Tensor:
+    """ExecuTorch's nearest_neighbor_compute_source_index: min(floor(dst * s), in - 1), with the float
+    scale s = 1 / scale_factor when one was given, else in / out (area_pixel_compute_scale)."""
+    s = np.float32(1.0 / scale) if scale else np.float32(in_size) / np.float32(out_size)
+    dst = np.arange(out_size, dtype=np.float32)
+    return torch.from_numpy(np.minimum(np.floor(dst * s).astype(np.int64), in_size - 1))
+
+
+def upsample_nearest2d(input, output_size, scale_factors, *, out):
+    """``aten::upsample_nearest2d.vec_out``: every output pixel copies its source pixel, for any dtype and
+    dim order (torch's own CPU kernel has no int8 channels_last path; the portable kernel takes int8)."""
+    scale_h, scale_w = scale_factors if scale_factors else (None, None)
+    rows = _nearest_indices(input.shape[-2], out.shape[-2], scale_h)
+    cols = _nearest_indices(input.shape[-1], out.shape[-1], scale_w)
+    out.copy_(input.index_select(-2, rows).index_select(-1, cols))
     return out

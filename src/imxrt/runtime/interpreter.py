@@ -1,14 +1,16 @@
 """The interpreter: run a ``.pte``'s instruction chain over its planned memory, as the device runtime does.
 
 Loading prepares everything once: the arena (one buffer per memory id, ``non_const_buffer_sizes``), a
-torch view per planned tensor at its offset, the constants, a resolved kernel per operator and an
-executor per delegate. ``run`` copies the inputs into their planned tensors, executes the chain
-(kernel calls, delegate calls, moves, jumps, frees) and copies the outputs out of theirs.
+torch view per planned tensor at its offset, the constants, a resolved kernel per operator, an executor
+per delegate, and one ready-to-call step per instruction (a kernel call whose arguments no instruction
+reassigns has them converted once). ``run`` copies the inputs into their planned tensors, executes the
+chain (kernel calls, delegate calls, moves, jumps, frees) and copies the outputs out of theirs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,6 +71,10 @@ class Interpreter:
         self.check_plan = check_plan
         self.poison_after = (plan_check.poison_schedule(self.regions, [self._access(i) for i in self.instructions],
                                                         plan.inputs, plan.outputs) if check_plan else None)
+        self.reassigned = self._reassigned()
+        self.steps = [self._step(index, instruction) for index, instruction in enumerate(self.instructions)]
+        self.feeds = [self._feed(index) for index in plan.inputs]
+        self.results = [self._result(index) for index in plan.outputs]
 
     # -- loading
 
@@ -116,6 +122,105 @@ class Interpreter:
                                      jump_to=instruction.destination_instruction)
         return plan_check.Access(frozenset({instruction.value_index}), frozenset())  # FreeCall
 
+    def _reassigned(self) -> frozenset[int]:
+        """Values an instruction or a run replaces (rather than writes into): everything else is the same
+        object on every run, so a call reading only those can be prepared once."""
+        indices = {index for index in self.program.plan.inputs if not isinstance(self.values[index], torch.Tensor)}
+        for instruction in self.instructions:
+            if isinstance(instruction, schema.KernelCall) and self.kernels[instruction.op_index].stores_result:
+                indices.add(instruction.args[-1])
+            elif isinstance(instruction, schema.MoveCall):
+                indices.add(instruction.move_to)
+        return frozenset(indices)
+
+    def _step(self, step: int, instruction) -> Callable[[], int]:
+        """Instruction ``step`` as a call returning the index of the next instruction."""
+        following = step + 1
+        if isinstance(instruction, schema.KernelCall):
+            return self._kernel_step(step, instruction)
+        if isinstance(instruction, schema.DelegateCall):
+            delegate = self.delegates[instruction.delegate_index]
+            indices = tuple(instruction.args)
+            if self.reassigned.isdisjoint(indices):
+                tensors = [self.values[index] for index in indices]
+                return lambda: delegate.run(tensors) or following
+            values = self.values
+            return lambda: delegate.run([values[index] for index in indices]) or following
+        if isinstance(instruction, schema.MoveCall):
+            source, target, values = instruction.move_from, instruction.move_to, self.values
+
+            def move() -> int:
+                values[target] = values[source]  # EValue copy: a tensor is aliased
+                return following
+            return move
+        if isinstance(instruction, schema.JumpFalseCall):
+            condition_index, destination, values = (instruction.cond_value_index,
+                                                    instruction.destination_instruction, self.values)
+
+            def jump_false() -> int:
+                condition = values[condition_index]
+                if isinstance(condition, torch.Tensor):
+                    condition = bool(condition.all())
+                return following if condition else destination
+            return jump_false
+        # FreeCall releases runtime-allocated memory on the device; Python's memory is managed, so only
+        # plan checking acts on it (through the schedule).
+        return lambda: following
+
+    def _kernel_step(self, step: int, instruction: schema.KernelCall) -> Callable[[], int]:
+        kernel = self.kernels[instruction.op_index]
+        indices = tuple(instruction.args)
+        following, values = step + 1, self.values
+        written = [indices[p] for p in kernel.written
+                   if not kernel.stores_result and p < len(indices) and indices[p] in self.layouts]
+        fixed = [(self.values[i], self.layouts[i]) for i in written if i not in self.reassigned]
+        moving = [(i, self.layouts[i]) for i in written if i in self.reassigned]  # whatever value is there now
+        if self._static(indices):
+            call = _bind(kernel, [self._resolve(self.values[index]) for index in indices])
+        else:
+            def call():
+                return kernel.call([self._resolve(values[index]) for index in indices])
+        result_index = indices[-1]
+
+        def run_kernel() -> int:
+            try:
+                result = call()
+            except (RuntimeError, TypeError, ValueError, IndexError) as e:
+                raise RuntimeError(f"instruction {step} ({kernel.name}) failed: {e}") from e
+            if kernel.stores_result:
+                values[result_index] = result
+            else:
+                _restore_layouts(fixed)
+                if moving:
+                    _restore_layouts([(values[i], layout) for i, layout in moving
+                                      if isinstance(values[i], torch.Tensor)])
+            return following
+        return run_kernel
+
+    def _static(self, indices: Sequence[int]) -> bool:
+        """No index (nor any item of a list value) is reassigned while running."""
+        for index in indices:
+            if index in self.reassigned:
+                return False
+            value = self.values[index]
+            if isinstance(value, ValueList) and not self._static([i for i in value.items if i >= 0]):
+                return False
+        return True
+
+    def _feed(self, index: int):
+        """How ``run`` binds the input at value ``index``: (target tensor or None for a scalar, numpy view of
+        its planned bytes or None when numpy has no such dtype)."""
+        target = self.values[index]
+        if not isinstance(target, torch.Tensor):
+            return index, None, None
+        return index, target, _numpy_view(target)
+
+    def _result(self, index: int):
+        """(value index, numpy view of its planned bytes if it is a tensor no instruction replaces)."""
+        value = self.values[index]
+        view = _numpy_view(value) if isinstance(value, torch.Tensor) and index not in self.reassigned else None
+        return index, view
+
     # -- running
 
     def run(self, inputs: Sequence[np.ndarray | torch.Tensor]) -> list[np.ndarray]:
@@ -124,56 +229,19 @@ class Interpreter:
             for memory_id, size in enumerate(self.arena.sizes):
                 self.arena.poison(memory_id, 0, size)  # uninitialised reads see garbage too
         self._bind_inputs(inputs)
+        steps, count = self.steps, len(self.steps)
         step = 0
-        while step < len(self.instructions):
-            step = self._execute(step)
-        return [self._output(index) for index in self.program.plan.outputs]
-
-    def _execute(self, step: int) -> int:
-        """Run instruction ``step``; return the index of the next one."""
-        instruction = self.instructions[step]
-        values = self.values
-        if isinstance(instruction, schema.KernelCall):
-            kernel = self.kernels[instruction.op_index]
-            args = [self._resolve(values[index]) for index in instruction.args]
-            try:
-                result = kernel.call(args)
-            except (RuntimeError, TypeError, ValueError, IndexError) as e:
-                raise RuntimeError(f"instruction {step} ({kernel.name}) failed: {e}") from e
-            if kernel.stores_result:
-                values[instruction.args[-1]] = result
-            else:
-                self._restore_layouts(instruction.args, kernel.written)
-        elif isinstance(instruction, schema.DelegateCall):
-            self.delegates[instruction.delegate_index].run([values[index] for index in instruction.args])
-        elif isinstance(instruction, schema.MoveCall):
-            values[instruction.move_to] = values[instruction.move_from]  # EValue copy: a tensor is aliased
-        elif isinstance(instruction, schema.JumpFalseCall):
-            condition = values[instruction.cond_value_index]
-            if isinstance(condition, torch.Tensor):
-                condition = bool(condition.all())
-            if not condition:
-                return instruction.destination_instruction
-        # FreeCall releases runtime-allocated memory on the device; Python's memory is managed, so only
-        # plan checking acts on it (below, through the schedule).
-        if self.poison_after is not None:
-            for index in self.poison_after[step]:
-                region = self.regions[index]
-                self.arena.poison(region.memory_id, region.offset, region.nbytes)
-        return step + 1
-
-    def _restore_layouts(self, args: Sequence[int], written: Sequence[int]) -> None:
-        """Give written tensors back their planned strides. ExecuTorch's quantized kernels (the AOT build
-        wrapped for torch) write the bytes in the device's order but leave the out tensor's metadata
-        restrided to contiguous; the bytes are right, only the view must be restored."""
-        for position in written:
-            if position >= len(args):
-                continue
-            index = args[position]
-            layout = self.layouts.get(index)
-            tensor = self.values[index]
-            if layout is not None and isinstance(tensor, torch.Tensor) and tensor.stride() != layout[1]:
-                tensor.as_strided_(*layout)
+        if self.poison_after is None:
+            while step < count:
+                step = steps[step]()
+        else:
+            while step < count:
+                following = steps[step]()
+                for index in self.poison_after[step]:
+                    region = self.regions[index]
+                    self.arena.poison(region.memory_id, region.offset, region.nbytes)
+                step = following
+        return [self._output(index, view) for index, view in self.results]
 
     def _resolve(self, value):
         if isinstance(value, ValueList):
@@ -181,30 +249,65 @@ class Interpreter:
         return value
 
     def _bind_inputs(self, inputs: Sequence[np.ndarray | torch.Tensor]) -> None:
-        expected = self.program.plan.inputs
-        if len(inputs) != len(expected):
-            raise BadInput(f"the program takes {len(expected)} input(s) {self.signature()}, got {len(inputs)}")
-        for position, (index, given) in enumerate(zip(expected, inputs, strict=True)):
-            target = self.values[index]
-            if not isinstance(target, torch.Tensor):
+        if len(inputs) != len(self.feeds):
+            raise BadInput(f"the program takes {len(self.feeds)} input(s) {self.signature()}, got {len(inputs)}")
+        for position, ((index, target, view), given) in enumerate(zip(self.feeds, inputs, strict=True)):
+            if target is None:
                 self.values[index] = given  # a scalar input
+                continue
+            if (view is not None and type(given) is np.ndarray and given.shape == view.shape
+                    and given.dtype == view.dtype):
+                np.copyto(view, given)  # into the planned bytes, in the planned dim order
                 continue
             tensor = given if isinstance(given, torch.Tensor) else _from_numpy(given)
             if tuple(tensor.shape) != tuple(target.shape) or tensor.dtype != target.dtype:
                 raise BadInput(f"input {position}: the program expects {_describe(target)}, "
                                f"got {_describe(tensor)}")
-            target.copy_(tensor)  # into the planned bytes, in the planned dim order
+            target.copy_(tensor)
 
     def signature(self) -> str:
         return ", ".join(_describe(self.values[i]) if isinstance(self.values[i], torch.Tensor) else "scalar"
                          for i in self.program.plan.inputs)
 
-    def _output(self, index: int) -> np.ndarray:
+    def _output(self, index: int, view: np.ndarray | None) -> np.ndarray:
+        # A copy: the arena's bytes belong to the next run.
+        if view is not None:
+            return np.array(view, order="C")
         value = self.values[index]
         if isinstance(value, torch.Tensor):
-            # A copy: the arena's bytes belong to the next run.
             return value.detach().clone(memory_format=torch.contiguous_format).numpy()
         return np.asarray(value)
+
+
+def _bind(kernel: ops.Kernel, values: list) -> Callable[[], object]:
+    """``kernel.call(values)`` with the argument conversion done now, once."""
+    args, kwargs = [], {}
+    for argument, value in zip(kernel.arguments, values, strict=False):
+        value = argument.convert(value)
+        if argument.keyword:
+            kwargs[argument.name] = value
+        else:
+            args.append(value)
+    return functools.partial(kernel.fn, *args, **kwargs)
+
+
+def _restore_layouts(written: list[tuple[torch.Tensor, tuple]]) -> None:
+    """Give written tensors back their planned strides. ExecuTorch's quantized kernels (the AOT build
+    wrapped for torch) write the bytes in the device's order but leave the out tensor's metadata
+    restrided to contiguous; the bytes are right, only the view must be restored."""
+    for tensor, (shape, stride, offset) in written:
+        if tensor.stride() != stride:
+            tensor.as_strided_(shape, stride, offset)
+
+
+def _numpy_view(tensor: torch.Tensor) -> np.ndarray | None:
+    """The tensor's bytes as a numpy array with its strides (sharing memory), or None for a dtype numpy
+    lacks (bfloat16) or an empty tensor."""
+    try:
+        view = tensor.detach().numpy()
+    except (TypeError, RuntimeError):
+        return None
+    return view if view.size else None
 
 
 def _from_numpy(array) -> torch.Tensor:

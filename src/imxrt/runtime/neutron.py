@@ -92,26 +92,29 @@ class NeutronDelegate:
         feeds = [self._to_subgraph(args[entry.arg], entry) for entry in self.inputs]
         results = self.runner.run(feeds)
         for entry, result in zip(self.outputs, results, strict=True):
-            self._from_subgraph(np.asarray(result), args[first_output + entry.arg], entry)
+            self._from_subgraph(result, args[first_output + entry.arg], entry)
 
     def _check(self, tensor: torch.Tensor, entry: TensorMap) -> None:
-        if tuple(tensor.shape) != entry.shape or tensor.dtype != torch.int8:
+        if tensor.shape != entry.shape or tensor.dtype != torch.int8:
             raise BadFile(self.program_name, f"{self.name}: tensor {entry.name} is {tuple(tensor.shape)} "
                                              f"{tensor.dtype}, its payload expects {entry.shape} int8")
 
     def _to_subgraph(self, tensor: torch.Tensor, entry: TensorMap) -> np.ndarray:
+        """The tensor's planned bytes as the subgraph's input (a view, no copy, when they are in order)."""
         self._check(tensor, entry)
+        array = tensor.numpy()  # with the arena view's strides (dim order)
         if entry.channels_last:  # NCHW -> NHWC: no copy for a channels_last tensor, its bytes are NHWC
-            tensor = tensor.permute(0, 2, 3, 1)
-        return tensor.contiguous().numpy().reshape(entry.tflite_shape)
+            array = array.transpose(0, 2, 3, 1)
+        return np.ascontiguousarray(array).reshape(entry.tflite_shape)
 
     def _from_subgraph(self, result: np.ndarray, tensor: torch.Tensor, entry: TensorMap) -> None:
         self._check(tensor, entry)
-        value = torch.from_numpy(np.ascontiguousarray(result))
+        target = tensor.numpy()  # copying into it honours the arena view's strides (dim order)
         if entry.channels_last:
+            target = target.transpose(0, 2, 3, 1)
             n, c, h, w = entry.shape
-            value = value.reshape(n, h, w, c).permute(0, 3, 1, 2)
-        tensor.copy_(value.reshape(entry.shape))  # copy_ honours the arena view's strides (dim order)
+            result = result.reshape(n, h, w, c)
+        np.copyto(target, result.reshape(target.shape))
 
 
 def _tensor_map(entry: dict) -> TensorMap:

@@ -152,6 +152,44 @@ def test_cnn_lowers_to_the_expected_kernels_and_two_layout_copies():
         assert conv.args[0].meta["val"].is_contiguous(memory_format=torch.channels_last)
 
 
+class GlobalPoolCnn(nn.Module):
+    """conv, a global average pool, flatten, linear (MobileNet's head)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
+
+
+def test_a_channels_last_input_and_a_global_pool_need_no_layout_copy():
+    """The input quantize keeps a channels_last input's order, and [N, C, 1, 1] has the same bytes in both
+    orders, so the flatten reads the pool's output as it is; the outputs equal the NCHW-input program's."""
+    torch.manual_seed(0)
+    model = GlobalPoolCnn().eval()
+    generator = torch.Generator().manual_seed(1)
+    data = [(torch.randn(1, 3, 8, 8, generator=generator),) for _ in range(4)]
+    last = [(x.contiguous(memory_format=torch.channels_last),) for (x,) in data]
+    options = CompileOptions(show_progress=False)
+    nchw = compile(model, data[0], "imxrt700-cpu", data, options)
+    nhwc = compile(model, last[0], "imxrt700-cpu", last, options)
+    assert nchw.report["summary"]["layout_copies"] == 1  # the NCHW input into the conv
+    assert nhwc.report["summary"]["layout_copies"] == 0
+    for (x,), (x_last,) in zip(data, last, strict=True):
+        # calibration sums floats in another order for a channels_last input: compare the int8 outputs
+        np.testing.assert_array_equal(_int8_output(nhwc, imxrt.runtime.load(nhwc.pte).forward(x_last)[0]),
+                                      _int8_output(nchw, imxrt.runtime.load(nchw.pte).forward(x)[0]))
+
+
+def _int8_output(result, y):
+    """The program's float output back on its int8 grid (the qparams of the quantized model's output)."""
+    output = result.quantized.graph.output_node().args[0][0]
+    scale, zero_point = output.args[1], output.args[2]
+    return np.round(np.asarray(y, np.float64) / scale).astype(np.int64) + zero_point
+
+
 @pytest.mark.parametrize("isa", list(Isa))
 def test_scratch_allocs_have_the_cmsis_nn_size_of_the_isa(isa):
     _, lowered, _ = cpu_lowered("cnn", isa)

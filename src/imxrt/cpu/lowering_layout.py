@@ -16,6 +16,10 @@ or the classifier), and none between its convolutions, pools and residual adds.
     z = cortex_m.quantized_add(y, y2, ...)                  # follows its inputs: channels_last
     z_c = _to_dim_order_copy(z, dim_order=[0, 1, 2, 3])
     f = aten.view_copy(z_c, [1, -1])                        # contiguous
+
+No copy is needed where the bytes agree already: a model input given channels_last (its example's dim
+order is kept, and the input quantize follows it), an input with one channel, and a view of an
+[N, C, 1, 1] tensor (after a global pool), where both orders lay out the same bytes.
 """
 
 from __future__ import annotations
@@ -43,7 +47,27 @@ def spatial_ops() -> frozenset:
 def agnostic_ops() -> frozenset:
     """Elementwise ops that work on the bytes in either order, as long as all operands share it."""
     return frozenset(cortex_m(name) for name in (
-        "quantized_add", "quantized_mul", "quantized_activation", "minimum", "maximum", "pad"))
+        "quantized_add", "quantized_mul", "quantized_activation", "minimum", "maximum", "pad",
+        "quantize_per_tensor", "dequantize_per_tensor"))
+
+
+_VIEW = exir_ops.edge.aten.view_copy.default
+
+
+def _same_bytes(value: torch.Tensor) -> bool:
+    """Both dim orders lay the tensor out identically (C = 1, or H = W = 1): reading it in either order
+    reads the same bytes, so a view of it needs no layout copy."""
+    _, channels, height, width = value.shape
+    return channels == 1 or height * width == 1
+
+
+def _input_order(node: Node) -> tuple[int, ...]:
+    """A model input keeps the dim order its example had (a channels_last image stays channels_last)."""
+    value = _value(node)
+    if value is not None and value.dim() == 4 and not value.is_contiguous() and \
+            value.is_contiguous(memory_format=torch.channels_last):
+        return CHANNELS_LAST
+    return CONTIGUOUS
 
 
 def _value(node: object) -> torch.Tensor | None:
@@ -81,6 +105,8 @@ def assign_dim_orders(graph: Graph) -> int:
         return copies[key]
 
     for node in list(graph.nodes):
+        if node.op == "placeholder" and _rank4(node):
+            order[node] = _input_order(node)
         if node.op not in ("call_function", "output") or node.target is memory.alloc or \
                 node.target is TO_DIM_ORDER_COPY:
             continue
@@ -90,6 +116,9 @@ def assign_dim_orders(graph: Graph) -> int:
         elif node.target in agnostic:
             produced = CHANNELS_LAST if any(order.get(a) == CHANNELS_LAST for a in rank4_inputs) else CONTIGUOUS
             wanted = {a: produced for a in rank4_inputs}
+        elif node.target is _VIEW and rank4_inputs and _same_bytes(_value(rank4_inputs[0])):
+            # a channels_last [N, C, 1, 1] (after a global pool) is already its contiguous bytes
+            wanted, produced = {}, order.get(rank4_inputs[0], CONTIGUOUS) if _rank4(node) else CONTIGUOUS
         else:
             wanted, produced = {a: CONTIGUOUS for a in rank4_inputs}, CONTIGUOUS
         if any(order.get(a, CONTIGUOUS) != w for a, w in wanted.items()):

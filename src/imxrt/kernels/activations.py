@@ -7,7 +7,7 @@ table lookup, bit-identical to running the algorithm per element. ``lut[q + 128]
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -27,10 +27,14 @@ ALL_INT8 = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.int64)  # every int8 value
 @dataclass(frozen=True)
 class Lut:
     table: np.ndarray  # int8[256], table[q + 128] = f(q)
+    by_byte: np.ndarray = field(init=False, repr=False, compare=False)  # by_byte[q & 0xFF] = f(q)
+
+    def __post_init__(self):
+        object.__setattr__(self, "by_byte", self.table[np.arange(256) ^ 0x80])  # (q & 0xFF) ^ 0x80 = q + 128
 
 
 def apply_lut(x: np.ndarray, params: Lut) -> np.ndarray:
-    return params.table[x.astype(np.intp) + 128]
+    return np.take(params.by_byte, x.view(np.uint8))
 
 
 def _lut(values) -> Lut:

@@ -80,20 +80,33 @@ class Window:
     output_size: tuple[int, int]
     filter_size: tuple[int, int]
 
-    def padded(self, x: np.ndarray, value=0) -> np.ndarray:
-        """``x`` (NHWC) padded with ``value`` so that every tap of every output position is in range."""
+    def padding(self, input_hw: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
+        """((top, bottom), (left, right)): enough for every tap of every output position to be in range."""
         after = []
         for axis in (0, 1):
             needed = (self.output_size[axis] - 1) * self.stride[axis] \
                 + (self.filter_size[axis] - 1) * self.dilation[axis] + 1
-            after.append(max(needed - self.pad_before[axis] - x.shape[HEIGHT + axis], 0))
-        (top, left), (bottom, right) = self.pad_before, after
+            after.append(max(needed - self.pad_before[axis] - input_hw[axis], 0))
+        return (self.pad_before[0], after[0]), (self.pad_before[1], after[1])
+
+    def padded(self, x: np.ndarray, value=0) -> np.ndarray:
+        """``x`` (NHWC) padded with ``value`` so that every tap of every output position is in range."""
+        (top, bottom), (left, right) = self.padding(x.shape[HEIGHT:CHANNELS])
         if not (top or left or bottom or right):
             return x
         batch, height, width, channels = x.shape
         padded = np.full((batch, top + height + bottom, left + width + right, channels), value, x.dtype)
         padded[:, top:top + height, left:left + width, :] = x
         return padded
+
+    def windows(self, padded: np.ndarray) -> np.ndarray:
+        """Every output position's window of ``padded``: a read-only view [N, out_h, out_w, kh, kw, C]."""
+        batch_step, row_step, column_step, channel_step = padded.strides
+        (stride_h, stride_w), (dilation_h, dilation_w) = self.stride, self.dilation
+        return np.lib.stride_tricks.as_strided(
+            padded, (padded.shape[BATCH], *self.output_size, *self.filter_size, padded.shape[CHANNELS]),
+            (batch_step, row_step * stride_h, column_step * stride_w, row_step * dilation_h,
+             column_step * dilation_w, channel_step), writeable=False)
 
     def tap(self, padded: np.ndarray, filter_y: int, filter_x: int) -> np.ndarray:
         """The strided view of ``padded`` that tap (filter_y, filter_x) reads for every output position."""
@@ -138,12 +151,15 @@ def make_window(input_hw, filter_hw, stride, dilation, same: bool) -> Window:
     return Window(tuple(stride), tuple(dilation), tuple(pads), tuple(sizes), tuple(filter_hw))
 
 
-def _padded_values(x: np.ndarray, window: Window, zero_point: int, dtype: type) -> np.ndarray:
-    """``x`` padded with the zero point (its centered value 0), as exact floats of ``dtype``; padded while
-    still int8 (a quarter of the bytes to move) when the zero point is an int8 value."""
-    if INT8_MIN <= zero_point <= INT8_MAX and x.dtype == np.int8:
-        return window.padded(x, zero_point).astype(dtype)
-    return window.padded(x.astype(dtype), zero_point)
+def _padded_values(x: np.ndarray, window: Window, zero_point: int, dtype: type, scratch: Scratch) -> np.ndarray:
+    """``x`` as exact floats of ``dtype``, padded with the zero point (its centered value 0): one copy into a
+    buffer kept from call to call, whose border was filled once."""
+    (top, bottom), (left, right) = window.padding(x.shape[HEIGHT:CHANNELS])
+    batch, height, width, channels = x.shape
+    padded = scratch.get("padded", (batch, top + height + bottom, left + width + right, channels), dtype,
+                         fill=zero_point)
+    np.copyto(padded[:, top:top + height, left:left + width, :], x)
+    return padded
 
 
 @dataclass(frozen=True)
@@ -169,16 +185,19 @@ def prepare_conv(filters: np.ndarray, bias: np.ndarray | None, window: Window, i
 
 
 def conv2d(x: np.ndarray, params: ConvParams) -> np.ndarray:
-    """NHWC int8 -> NHWC int8; im2col (one strided view per tap, gathered while int8) and one matmul."""
+    """NHWC int8 -> NHWC int8; im2col (every window copied, as one strided copy) and one matmul."""
     window = params.window
-    padded = _padded_values(x, window, params.input_zero_point, params.weights.dtype)
-    filter_h, filter_w = window.filter_size
-    taps = [window.tap(padded, filter_y, filter_x) for filter_y in range(filter_h) for filter_x in range(filter_w)]
-    columns = taps[0] if len(taps) == 1 else np.concatenate(taps, axis=CHANNELS)
-    batch, out_h, out_w = columns.shape[:3]
     weights = params.weights
-    acc = params.scratch.get("acc", (batch * out_h * out_w, weights.shape[1]), weights.dtype)
-    np.matmul(columns.reshape(batch * out_h * out_w, -1), weights, out=acc)
+    padded = _padded_values(x, window, params.input_zero_point, weights.dtype, params.scratch)
+    batch, (out_h, out_w) = x.shape[BATCH], window.output_size
+    positions = batch * out_h * out_w
+    if window.filter_size == (1, 1) and window.stride == (1, 1) and padded.shape[1:3] == (out_h, out_w):
+        columns = padded.reshape(positions, -1)  # a pointwise conv reads the input as it is
+    else:
+        columns = params.scratch.get("columns", (positions, weights.shape[0]), weights.dtype)
+        np.copyto(columns.reshape(batch, out_h, out_w, *window.filter_size, -1), window.windows(padded))
+    acc = params.scratch.get("acc", (positions, weights.shape[1]), weights.dtype)
+    np.matmul(columns, weights, out=acc)
     return params.output(acc).reshape(batch, out_h, out_w, -1)
 
 
@@ -215,16 +234,23 @@ class DepthwiseParams:
             self.multipliers, self.shifts, folded, low, high, self.output_zero_point, self.act_min, self.act_max))
 
 
+SUMMED_WINDOWS = 256  # up to this many output positions, one einsum over the windows beats a loop over taps
+
+
 def depthwise_conv2d(x: np.ndarray, params: DepthwiseParams) -> np.ndarray:
-    """Output channel c reads input channel c // depth_multiplier; one multiply-add per tap over every
-    output position (rows of out_w * C values, see ``Window.tap_rows``), in place."""
+    """Output channel c reads input channel c // depth_multiplier. Few output positions: one einsum over the
+    windows (few numpy calls); many: one multiply-add per tap over every output position (rows of
+    out_w * C values, see ``Window.tap_rows``), in place."""
     window = params.window
-    padded = _padded_values(x, window, params.input_zero_point, params.taps.dtype)
+    padded = _padded_values(x, window, params.input_zero_point, params.taps.dtype, params.scratch)
     if params.depth_multiplier > 1:
         padded = np.repeat(padded, params.depth_multiplier, axis=CHANNELS)
-    out_h, out_w = window.output_size
-    channels = params.taps.shape[-1]
-    shape = (x.shape[BATCH], out_h, out_w * channels)
+    batch, (out_h, out_w), channels = x.shape[BATCH], window.output_size, params.taps.shape[-1]
+    if out_h * out_w <= SUMMED_WINDOWS:
+        acc = params.scratch.get("acc", (batch, out_h, out_w, channels), params.taps.dtype)
+        np.einsum("nhwijc,ijc->nhwc", window.windows(padded), params.taps, out=acc)
+        return params.output(acc)
+    shape = (batch, out_h, out_w * channels)
     acc = params.scratch.get("acc", shape, params.taps.dtype)
     term = params.scratch.get("term", shape, params.taps.dtype)
     for tap, (view, weights) in enumerate(zip(window.tap_rows(padded), params.row_taps, strict=True)):
@@ -233,7 +259,7 @@ def depthwise_conv2d(x: np.ndarray, params: DepthwiseParams) -> np.ndarray:
         else:
             np.multiply(view, weights, out=term)
             acc += term
-    return params.output(acc.reshape(x.shape[BATCH], out_h, out_w, channels))
+    return params.output(acc.reshape(batch, out_h, out_w, channels))
 
 
 @dataclass(frozen=True)

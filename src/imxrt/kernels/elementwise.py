@@ -5,6 +5,9 @@ ADD/SUB: both inputs go to a common scale 2 * max(s1, s2) with 20 bits of headro
     v_i = MBQM((q_i - zp_i) << 20, M_i, shift_i),  M_i = s_i / (2 max(s1, s2))
     q_out = clamp(MBQM(v_1 +/- v_2, M_out, shift_out) + zp_out),  M_out = 2 max(s1, s2) / (2**20 s_out)
 MUL: q_out = clamp(MBQM((q_1 - zp_1)(q_2 - zp_2), M, shift) + zp_out),  M = s1 s2 / s_out
+
+Two int8 inputs take only 65536 value pairs: ``pair_table`` runs a kernel once on all of them when
+preparing, and ``lookup_pair`` evaluates it as one table read per element (bit-identical by construction).
 """
 
 from __future__ import annotations
@@ -112,3 +115,22 @@ def prelu(x: np.ndarray, alpha: np.ndarray, params: PreluParams) -> np.ndarray:
     negative = multiply_by_quantized_multiplier(centered * (alpha.astype(np.int64) - params.alpha_zero_point),
                                                 params.alpha_multiplier, params.alpha_shift)
     return to_int8(np.where(centered >= 0, positive, negative), params.output_zero_point, -128, 127)
+
+
+def pair_table(kernel, params) -> np.ndarray:
+    """``kernel(q1, q2, params)`` on every int8 pair: int8[65536], entry (q1 & 0xFF) << 8 | (q2 & 0xFF)."""
+    values = np.arange(-128, 128, dtype=np.int8)
+    first, second = np.repeat(values, 256), np.tile(values, 256)
+    order = (first.view(np.uint8).astype(np.intp) << 8) | second.view(np.uint8)
+    table = np.empty(65536, np.int8)
+    table[order] = kernel(first, second, params)
+    table.setflags(write=False)
+    return table
+
+
+def lookup_pair(x1: np.ndarray, x2: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """The table's entry for each (broadcast) pair of int8 elements."""
+    x1, x2 = np.broadcast_arrays(x1, x2)
+    index = np.left_shift(x1.view(np.uint8), 8, dtype=np.uint16)
+    index |= x2.view(np.uint8)
+    return np.take(table, index)

@@ -21,6 +21,7 @@ class PoolParams:
     counts: np.ndarray  # int64[1, out_h, out_w, 1]: taps inside the input per output position
     act_min: int
     act_max: int
+    whole_input: bool = False  # one output position whose window is exactly the input
 
 
 def prepare_pool(window: Window, input_hw: tuple[int, int], act_min: int, act_max: int) -> PoolParams:
@@ -30,15 +31,19 @@ def prepare_pool(window: Window, input_hw: tuple[int, int], act_min: int, act_ma
     counts = sum(window.tap(padded, filter_y, filter_x) for filter_y in range(filter_h)
                  for filter_x in range(filter_w))
     assert np.all(counts > 0), "a pooling window with no input tap (TFLM fails such a model)"
-    return PoolParams(window, counts, act_min, act_max)
+    whole_input = window.output_size == (1, 1) and int(counts.reshape(-1)[0]) == input_hw[0] * input_hw[1]
+    return PoolParams(window, counts, act_min, act_max, whole_input)
 
 
 def average_pool(x: np.ndarray, params: PoolParams) -> np.ndarray:
     window = params.window
-    padded = window.padded(x.astype(np.int32))
-    filter_h, filter_w = window.filter_size
-    total = sum(window.tap(padded, filter_y, filter_x) for filter_y in range(filter_h)
-                for filter_x in range(filter_w)).astype(np.int64)
+    if params.whole_input:  # one window over all of H x W (a global average): a single reduction
+        total = x.sum(axis=(1, 2), keepdims=True, dtype=np.int64)
+    else:
+        padded = window.padded(x.astype(np.int32))
+        filter_h, filter_w = window.filter_size
+        total = sum(window.tap(padded, filter_y, filter_x) for filter_y in range(filter_h)
+                    for filter_x in range(filter_w)).astype(np.int64)
     half = params.counts // 2
     numerator = np.where(total > 0, total + half, total - half)
     average = np.sign(numerator) * (np.abs(numerator) // params.counts)

@@ -17,11 +17,13 @@ class Scratch:
     def __init__(self) -> None:
         self._buffers: dict[tuple, np.ndarray] = {}
 
-    def get(self, use: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+    def get(self, use: str, shape: tuple[int, ...], dtype, fill=None) -> np.ndarray:
+        """The buffer; a new one holds ``fill`` everywhere when given (callers that never overwrite part
+        of it, such as a padding border, rely on that)."""
         key = (use, shape, np.dtype(dtype).char)
         buffer = self._buffers.get(key)
         if buffer is None:
-            buffer = self._buffers[key] = np.empty(shape, dtype)
+            buffer = self._buffers[key] = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
         return buffer
 
     def __repr__(self) -> str:

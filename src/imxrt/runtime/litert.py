@@ -288,7 +288,8 @@ def _prepare_add_or_sub(op: _Operator, subtract: bool) -> Evaluate:
     params = elementwise.prepare_add(op.scale(BINARY_LHS), op.zero_point(BINARY_LHS), op.scale(BINARY_RHS),
                                      op.zero_point(BINARY_RHS), op.scale(OUTPUT, True), op.zero_point(OUTPUT, True),
                                      *op.fused(), subtract=subtract)
-    return lambda args: [elementwise.add(args[BINARY_LHS], args[BINARY_RHS], params)]
+    table = elementwise.pair_table(elementwise.add, params)
+    return lambda args: [elementwise.lookup_pair(args[BINARY_LHS], args[BINARY_RHS], table)]
 
 
 def _prepare_mul(op: _Operator) -> Evaluate:
@@ -296,7 +297,8 @@ def _prepare_mul(op: _Operator) -> Evaluate:
     params = elementwise.prepare_mul(op.scale(BINARY_LHS), op.zero_point(BINARY_LHS), op.scale(BINARY_RHS),
                                      op.zero_point(BINARY_RHS), op.scale(OUTPUT, True), op.zero_point(OUTPUT, True),
                                      *op.fused())
-    return lambda args: [elementwise.mul(args[BINARY_LHS], args[BINARY_RHS], params)]
+    table = elementwise.pair_table(elementwise.mul, params)
+    return lambda args: [elementwise.lookup_pair(args[BINARY_LHS], args[BINARY_RHS], table)]
 
 
 def _prepare_raw_binary(kernel) -> Callable[[_Operator], Evaluate]:

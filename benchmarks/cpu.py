@@ -10,7 +10,8 @@ by the same code (`_program_stats`). One row per model x target x side:
 - consts: constant tensors serialized, and how many of them no instruction reads (dead);
 then one line per model with the ours / upstream ratios on each target.
 
-Upstream runs the way its AOT compiler's Cortex-M path does (`backends/arm/scripts/aot_arm_compiler.py`,
+Both sides get the model and every sample in channels_last (the same values), as upstream's AOT compiler
+prepares them. Upstream runs the way its AOT compiler's Cortex-M path does (`backends/arm/scripts/aot_arm_compiler.py`,
 `_to_edge_cortex_m`, default dim-order layout): model and inputs to channels_last, strict export,
 `CortexMQuantizer` (prepare_pt2e, calibrate, convert_pt2e), export again, `to_edge_transform_and_lower`
 with `cortex_m_edge_compile_config()`, `CortexMPassManager(target_config=CortexMTargetConfig(cpu=...))`,
@@ -72,7 +73,11 @@ SIDES = ("ours", "upstream")
 
 
 def run_ours(model, inputs, calibration, target: Target) -> bytes:
-    return compile(model, inputs, target, calibration, CompileOptions(show_progress=False)).pte
+    # The same channels_last model and samples upstream gets: a channels_last input stays channels_last, so
+    # neither program converts the image's layout (an NCHW input costs ours one copy into the first conv).
+    model = model.to(memory_format=torch.channels_last)
+    calibration = [_channels_last(sample) for sample in calibration]
+    return compile(model, _channels_last(inputs), target, calibration, CompileOptions(show_progress=False)).pte
 
 
 def upstream_target(target: Target) -> CortexMTargetConfig:

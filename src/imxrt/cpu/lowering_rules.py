@@ -216,20 +216,25 @@ def lower_convolution(rw: Rewrite) -> Node:
     bias = rw.bias(b_dq)
     in_channels, out_channels = in_shape[1], weight.shape[0]
     multipliers, shifts = _per_channel(q_in.scale, scales, out.scale)
+    window = (tuple(stride), tuple(padding), tuple(dilation))
+    depthwise_layout = weight.permute(1, 2, 3, 0)  # [1, kh, kw, C_out]
+    depthwise_bytes = scratch.depthwise_conv2d_scratch_bytes(rw.isa, nhwc(in_shape), tuple(depthwise_layout.shape),
+                                                             nhwc(out_shape), *window)
+    depthwise = groups == in_channels and weight.shape[1] == 1 and groups > 1
     if groups == 1:
         op, layout = cortex_m("quantized_conv2d"), weight.permute(0, 2, 3, 1)  # OHWI
         nbytes = scratch.conv2d_scratch_bytes(rw.isa, nhwc(in_shape), tuple(layout.shape), nhwc(out_shape),
-                                              tuple(stride), tuple(padding), tuple(dilation))
+                                              *window)
         extra = ()
-    elif groups == in_channels and weight.shape[1] == 1:
-        op, layout = cortex_m("quantized_depthwise_conv2d"), weight.permute(1, 2, 3, 0)  # [1, kh, kw, C_out]
-        nbytes = scratch.depthwise_conv2d_scratch_bytes(rw.isa, nhwc(in_shape), tuple(layout.shape),
-                                                        nhwc(out_shape), tuple(stride), tuple(padding),
-                                                        tuple(dilation))
+        # One input channel: the same sums as a depthwise conv with multiplier C_out, which may need less
+        # scratch on this ISA (none on DSP, where the im2col conv needs a column buffer).
+        depthwise = in_channels == 1 and depthwise_bytes < nbytes
+    if depthwise:
+        op, layout, nbytes = cortex_m("quantized_depthwise_conv2d"), depthwise_layout, depthwise_bytes
         extra = (out_channels // in_channels,)  # depth_multiplier
         if bias is None:  # the depthwise kernels index the bias per channel block: give them a real one
             bias = rw.constant("bias", torch.zeros(out_channels, dtype=torch.int32))
-    else:
+    elif groups != 1:
         raise NotLowered(f"a grouped convolution (groups={groups}, {in_channels} input channels) has no "
                          "CMSIS-NN int8 kernel in the cortex_m library")
     args = (x, rw.constant("weight", layout.contiguous()), bias, stride, padding, dilation, *extra,

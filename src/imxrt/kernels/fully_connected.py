@@ -57,10 +57,8 @@ def fully_connected(x: np.ndarray, params: FullyConnectedParams) -> np.ndarray:
     weights = params.weights
     if params.folded:
         rows = x.size // (weights.shape[0] - 1)
-        augmented = params.scratch.get("rows", (rows, weights.shape[0]), np.float64)  # [q, 1]
-        inputs = augmented[:, :-1]
-        np.copyto(inputs, x.reshape(inputs.shape))
-        augmented[:, -1] = 1.0
+        augmented = params.scratch.get("rows", (rows, weights.shape[0]), np.float64, fill=1.0)  # [q, 1]
+        np.copyto(augmented[:, :-1], x.reshape(rows, -1))  # the last column keeps its 1
         z = np.dot(augmented, weights, out=params.scratch.get("z", (rows, weights.shape[1]), np.float64))
         return params.output.finish(z).reshape(params.output_shape)
     rows = x.reshape(-1, weights.shape[0]).astype(weights.dtype)

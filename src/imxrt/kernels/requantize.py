@@ -181,6 +181,10 @@ class FloatOutputStage:
     act_min: int
     foldable: bool = False  # ``fold`` is exact: |offset| + |acc M'| < 2**53 in units of 2**-S
     scratch: Scratch = field(default_factory=Scratch, repr=False, compare=False)
+    byte_offset: np.uint8 = field(init=False, repr=False, compare=False)  # act_min & 0xFF, as a numpy scalar
+
+    def __post_init__(self):
+        object.__setattr__(self, "byte_offset", np.uint8(self.act_min & 0xFF))
 
     def __call__(self, acc: np.ndarray) -> np.ndarray:
         z = self.scratch.get("z", acc.shape, np.float64)
@@ -209,8 +213,8 @@ class FloatOutputStage:
             np.copyto(q, z, casting="unsafe")  # z in [0, 255]: C truncation is the floor
         else:
             np.clip(z, 0.0, self.levels, out=q, casting="unsafe")
-        if self.act_min & 0xFF:
-            q += self.act_min & 0xFF  # uint8 wrap-around: q - 256 + act_min, read back as int8
+        if self.byte_offset:
+            np.add(q, self.byte_offset, out=q)  # uint8 wrap-around: q - 256 + act_min, read back as int8
         return q.view(np.int8)
 
 

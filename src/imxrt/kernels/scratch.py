@@ -20,7 +20,7 @@ class Scratch:
     def get(self, use: str, shape: tuple[int, ...], dtype, fill=None) -> np.ndarray:
         """The buffer; a new one holds ``fill`` everywhere when given (callers that never overwrite part
         of it, such as a padding border, rely on that)."""
-        key = (use, shape, np.dtype(dtype).char)
+        key = (use, shape, dtype)
         buffer = self._buffers.get(key)
         if buffer is None:
             buffer = self._buffers[key] = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)

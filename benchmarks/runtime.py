@@ -5,7 +5,9 @@ Per model, inferences per second of:
   int8 kernel library, output dequantize) in its planned arena;
 - TFLM: tflite-micro's Python interpreter on the partition's .tflite (int8 in, int8 out);
 - LiteRT BUILTIN_REF and LiteRT default (XNNPACK) on the same .tflite.
-Each interpreter is built once; the figure is the median of timed batches after a warm-up.
+Each interpreter is built once; the figure is the median of timed batches after a warm-up. The runners'
+batches are interleaved (one batch of each, five rounds), so that load from other processes on the
+machine falls on all of them alike.
 
     python benchmarks/runtime.py [--models ds_cnn resnet8 ...] [--seconds 2]
 """
@@ -37,22 +39,27 @@ from imxrt.pipeline import CompileOptions, compile  # noqa: E402
 from imxrt.source import load_source  # noqa: E402
 
 MODELS = ("ds_cnn", "mobilenet_v1", "resnet8", "autoencoder", "mobilenet_v2")
+ROUNDS = 5
 
 
-def per_second(step, seconds: float) -> float:
-    """Median inferences per second over batches filling about ``seconds``."""
-    step()  # warm-up
-    start = time.perf_counter()
-    step()
-    once = max(time.perf_counter() - start, 1e-6)
-    batch = max(1, int(seconds / 5 / once))
-    rates = []
-    for _ in range(5):
+def per_second(steps: dict, seconds: float) -> dict[str, float]:
+    """Median inferences per second of each step, over ``ROUNDS`` rounds of one batch per step; a batch
+    lasts about ``seconds / ROUNDS``."""
+    batches = {}
+    for name, step in steps.items():
+        step()  # warm-up
         start = time.perf_counter()
-        for _ in range(batch):
-            step()
-        rates.append(batch / (time.perf_counter() - start))
-    return statistics.median(rates)
+        step()
+        once = max(time.perf_counter() - start, 1e-6)
+        batches[name] = max(1, int(seconds / ROUNDS / once))
+    rates = {name: [] for name in steps}
+    for _ in range(ROUNDS):
+        for name, step in steps.items():
+            start = time.perf_counter()
+            for _ in range(batches[name]):
+                step()
+            rates[name].append(batches[name] / (time.perf_counter() - start))
+    return {name: statistics.median(values) for name, values in rates.items()}
 
 
 def _tflm(tflite: bytes, feed: np.ndarray):
@@ -88,7 +95,7 @@ def _litert(tflite: bytes, feed: np.ndarray, resolver):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS))
-    parser.add_argument("--seconds", type=float, default=2.0, help="timing budget per runner")
+    parser.add_argument("--seconds", type=float, default=2.0, help="timing budget per runner and model")
     args = parser.parse_args(argv)
     names = ("imxrt", "TFLM", "LiteRT ref", "LiteRT default")
     print(f"{'model':14s} " + " ".join(f"{n:>15s}" for n in names) + "   (inferences/s; ratios imxrt/peer)")
@@ -106,12 +113,12 @@ def main(argv=None) -> int:
         feed = np.clip(np.round(x / scale) + zero_point, -128, 127).astype(np.int8)
         if feed.shape != tuple(detail["shape"]):  # a channels_last model's partition takes NHWC
             feed = np.ascontiguousarray(feed.transpose(0, 2, 3, 1))
-        rates = {
-            "imxrt": per_second(lambda program=program, x=x: program.forward(x), args.seconds),
-            "TFLM": per_second(_tflm(tflite, feed), args.seconds),
-            "LiteRT ref": per_second(_litert(tflite, feed, OpResolverType.BUILTIN_REF), args.seconds),
-            "LiteRT default": per_second(_litert(tflite, feed, OpResolverType.AUTO), args.seconds),
-        }
+        rates = per_second({
+            "imxrt": lambda program=program, x=x: program.forward(x),
+            "TFLM": _tflm(tflite, feed),
+            "LiteRT ref": _litert(tflite, feed, OpResolverType.BUILTIN_REF),
+            "LiteRT default": _litert(tflite, feed, OpResolverType.AUTO),
+        }, args.seconds)
         ratios = ", ".join(f"{peer} {rates['imxrt'] / rates[peer]:.1f}x" for peer in names[1:])
         print(f"{name:14s} " + " ".join(f"{rates[n]:15.1f}" for n in names) + f"   {ratios}")
     return 0

@@ -261,7 +261,8 @@ def _prepare_fully_connected(op: _Operator) -> Evaluate:
     params = fully_connected.prepare_fully_connected(
         weights, _optional_bias(op, FC_BIAS), op.zero_point(FC_INPUT), multipliers, shifts,
         op.zero_point(OUTPUT, True), *op.fused(), op.shape(OUTPUT, True))
-    return lambda args: [fully_connected.fully_connected(args[FC_INPUT], params)]
+    run = fully_connected.bind_fully_connected(params)
+    return lambda args: [run(args[FC_INPUT])]
 
 
 def _prepare_batch_matmul(op: _Operator) -> Evaluate:

@@ -39,7 +39,19 @@ def _parser() -> argparse.ArgumentParser:
     compile_.add_argument("-o", "--output", required=True, type=Path, help="output folder")
     compile_.add_argument("--calibration-samples", type=int, default=None,
                           help="use at most N calibration samples")
-    compile_.add_argument("--neutron-compiler", default="reference", help="reference")
+    compile_.add_argument("--neutron-compiler", default="auto", choices=("auto", "reference", "eiq"),
+                          help="NPU compiler: eiq = NXP's eIQ Neutron SDK (device microcode), reference = the open "
+                               "compiler (runs on the host only); auto (default): eiq when the SDK is installed")
+    compile_.add_argument("--fetch-constants-to-sram", action="store_true",
+                          help="eiq: microcode copies weights from flash to SRAM before use (models over SRAM)")
+    compile_.add_argument("--dump-kernel-selection", action="store_true",
+                          help="eiq: write the converter's kernel selection C code next to model.pte")
+    compile_.add_argument("--neutron-profiling", action="store_true",
+                          help="eiq: profiling microcode, and npu/partition_<i>.kernels.json mapping each Neutron "
+                               "kernel to the model's ops")
+    compile_.add_argument("--sram-budget", default=None, metavar="BYTES",
+                          help="SRAM the program may use (e.g. 512K, 2M; default: the target's SRAM); "
+                               "a plan over it is an error")
     compile_.add_argument("--quiet", action="store_true", help="no progress bar or summary")
 
     run = commands.add_parser("run", help="run a compiled .pte on this computer, bit-exactly")
@@ -94,7 +106,9 @@ def _targets() -> int:
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from imxrt.pipeline import CompileOptions, compile
+    from imxrt.memory.report import summary_lines as memory_lines
+    from imxrt.npu.compilers.eiq import NeutronConverterFailed
+    from imxrt.pipeline import CompileOptions, compile, keep_failed_partition
     from imxrt.report.placement import summary_lines
     from imxrt.source import load_source
     from imxrt.targets import get_target
@@ -105,17 +119,40 @@ def _compile(args: argparse.Namespace) -> int:
     source = load_source(args.source)
     options = CompileOptions(
         neutron_compiler=args.neutron_compiler,
+        fetch_constants_to_sram=args.fetch_constants_to_sram,
+        dump_kernel_selection=args.dump_kernel_selection,
+        neutron_profiling=args.neutron_profiling,
         calibration_samples=args.calibration_samples,
         show_progress=not args.quiet,
+        sram_budget=parse_bytes("--sram-budget", args.sram_budget),
     )
-    result = compile(source.model, source.example_inputs, target, source.calibration, options)
+    try:
+        result = compile(source.model, source.example_inputs, target, source.calibration, options)
+    except NeutronConverterFailed as e:  # keep the converter's input for a bug report
+        kept = keep_failed_partition(e, args.output)
+        raise NeutronConverterFailed(e.partition, f"{e.problem} (its .tflite is kept at {kept})", e.tflite) from e
     result.save(args.output)
     if not args.quiet:
-        for line in summary_lines(result.report):
+        for line in summary_lines(result.report) + memory_lines(result.report["memory"]):
             print(line)
         print(f"wrote {args.output / 'model.pte'} ({len(result.pte):,} bytes), report.json, "
               f"{len(result.partitions)} partition .tflite")
     return 0
+
+
+_BYTE_SUFFIXES = {"": 1, "K": 1024, "M": 1024 * 1024}
+
+
+def parse_bytes(option: str, text: str | None) -> int | None:
+    """``"512K"`` -> 524288: a byte count with an optional K (KiB) or M (MiB) suffix."""
+    if text is None:
+        return None
+    number, suffix = text.strip()[:-1], text.strip()[-1:].upper()
+    if suffix.isdigit():
+        number, suffix = text.strip(), ""
+    if suffix not in _BYTE_SUFFIXES or not number.isdigit() or int(number) < 1:
+        raise BadOption(option, text, "a positive byte count, optionally with K or M (e.g. 512K, 2M)")
+    return int(number) * _BYTE_SUFFIXES[suffix]
 
 
 def _run(args: argparse.Namespace) -> int:

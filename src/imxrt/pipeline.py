@@ -5,6 +5,7 @@ Each stage is one function below, called in order by ``compile``; the driver fit
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import logging
@@ -24,8 +25,11 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 from imxrt.cpu.lowering import lower_to_cortex_m
 from imxrt.errors import BadModel, BadOption
-from imxrt.memory.budget import check_tensors_fit
-from imxrt.npu.backend import stamp_delegate_ids
+from imxrt.memory.budget import check_sram_budget, check_tensors_fit
+from imxrt.memory.planning import ImxrtMemoryPlanner, memory_planning_pass
+from imxrt.memory.report import memory_report
+from imxrt.npu.backend import converter_compile_specs, delegate_info, neutron_delegates, stamp_delegate_ids
+from imxrt.npu.compilers import eiq
 from imxrt.npu.partitioner import NpuPartitioner, PlacementLog, ops_to_keep_whole
 from imxrt.passes import EDGE_PASSES, run_aten_passes
 from imxrt.quantization import ImxrtQuantizer, calibrate
@@ -34,16 +38,27 @@ from imxrt.targets import Target, get_target
 
 log = logging.getLogger("imxrt")
 
-NEUTRON_COMPILERS = ("reference",)
+NEUTRON_COMPILERS = eiq.COMPILER_CHOICES  # auto: eiq when the eIQ Neutron SDK imports, else reference
 
 
 @dataclass(frozen=True)
 class CompileOptions:
     """Compiler choices (hardware facts live in ``Target``)."""
 
-    neutron_compiler: str = "reference"
+    neutron_compiler: str = "auto"
     calibration_samples: int | None = None  # use at most this many calibration tuples
     show_progress: bool = True
+    # eIQ Neutron converter options (need the eIQ compiler)
+    fetch_constants_to_sram: bool = False  # microcode copies weights from flash to SRAM before use
+    dump_kernel_selection: bool = False  # write the converter's kernel selection C code next to the .pte
+    neutron_profiling: bool = False  # profiling microcode + npu/partition_<i>.kernels.json (kernel -> edge ops)
+    sram_budget: int | None = None  # bytes of SRAM the program may use; None: the target's SRAM
+
+    @property
+    def converter(self) -> eiq.ConverterOptions:
+        return eiq.ConverterOptions(fetch_constants_to_sram=self.fetch_constants_to_sram,
+                                    dump_kernel_selection_code=self.dump_kernel_selection,
+                                    profiling=self.neutron_profiling)
 
 
 @dataclass
@@ -55,12 +70,17 @@ class CompileResult:
     report: dict
     stage_seconds: dict[str, float] = field(default_factory=dict)
     quantized: ExportedProgram | None = None  # the int8 program as PyTorch runs it (fake-quantized float)
+    # Output-relative path -> bytes: the files the Neutron converter wrote, next to the .pte
+    # (partition_<i>_kernel_selection.c), and the profiling maps (npu/partition_<i>.kernels.json).
+    npu_files: dict[str, bytes] = field(default_factory=dict)
 
     def save(self, output: str | Path) -> None:
-        """Write ``model.pte``, ``report.json`` and ``npu/partition_<i>.tflite`` into the folder ``output``.
+        """Write ``model.pte``, ``report.json``, ``npu/partition_<i>.tflite`` and the converter's dumps into the
+        folder ``output``.
 
         Everything goes into a temporary folder beside it first and is moved into place at the end: a
-        failure leaves nothing half-written. A previous compile's ``npu/`` folder is replaced whole."""
+        failure leaves nothing half-written. A previous compile's ``npu/`` folder and kernel selection code
+        are replaced whole."""
         output = Path(output).resolve()
         output.parent.mkdir(parents=True, exist_ok=True)
         if output.exists() and not output.is_dir():
@@ -75,15 +95,34 @@ class CompileResult:
             (staging / "npu").mkdir()
             for index, tflite in enumerate(self.partitions):
                 (staging / "npu" / f"partition_{index}.tflite").write_bytes(tflite)
+            for name, data in sorted(self.npu_files.items()):
+                (staging / name).write_bytes(data)
             if not output.exists():
                 staging.rename(output)
                 return
             if (output / "npu").exists():
                 shutil.rmtree(output / "npu")
+            for stale in output.glob(CONVERTER_DUMPS):
+                stale.unlink()
             for item in staging.iterdir():
                 os.replace(item, output / item.name)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+CONVERTER_DUMPS = "partition_*"  # files the Neutron converter wrote, next to the .pte
+
+
+def keep_failed_partition(error: eiq.NeutronConverterFailed, output: str | Path) -> Path:
+    """Write the LiteRT subgraph the Neutron converter failed on to ``output/npu/failed_<tag>.tflite``, for
+    a bug report to NXP, and return its path. The file appears whole (written aside, then renamed)."""
+    folder = Path(output).resolve() / "npu"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"failed_{error.partition.split(' ', 1)[0]}.tflite"
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_bytes(error.tflite)
+    os.replace(partial, path)
+    return path
 
 
 def compile(
@@ -100,8 +139,10 @@ def compile(
     """
     options = options or CompileOptions()
     target = get_target(target) if isinstance(target, str) else target
-    if options.neutron_compiler not in NEUTRON_COMPILERS:
-        raise BadOption("--neutron-compiler", options.neutron_compiler, NEUTRON_COMPILERS)
+    options = resolve_neutron_compiler(options, target)
+    if options.sram_budget is not None and (isinstance(options.sram_budget, bool) or
+                                            not isinstance(options.sram_budget, int) or options.sram_budget < 1):
+        raise BadOption("--sram-budget", options.sram_budget, "a positive number of bytes (e.g. 512K, 2M)")
     example_inputs = check_inputs(model, example_inputs)
     seconds: dict[str, float] = {}
     placement_log = PlacementLog()
@@ -115,9 +156,52 @@ def compile(
     check_tensors_fit(edge.exported_program(), target)
     # Read the placement before serialization: to_executorch rewrites the edge graph in place.
     report, partitions = placement.build_report(edge, placement_log, target, options.neutron_compiler)
+    npu_files = converter_dumps(edge)
     with _timed(seconds, "serialize"):
-        pte = serialize(edge)
-    return CompileResult(pte=pte, partitions=partitions, report=report, stage_seconds=seconds, quantized=quantized)
+        planner = ImxrtMemoryPlanner()
+        pte = serialize(edge, planner)
+    # The plan exists only once to_executorch has run; an over-budget program is an error, not an artifact.
+    report["memory"] = memory_report(planner.plans, pte, target, options.sram_budget)
+    check_sram_budget(report["memory"])
+    return CompileResult(pte=pte, partitions=partitions, report=report, stage_seconds=seconds, quantized=quantized,
+                         npu_files=npu_files)
+
+
+_CONVERTER_OPTIONS = {"fetch_constants_to_sram": "--fetch-constants-to-sram",
+                      "dump_kernel_selection": "--dump-kernel-selection", "neutron_profiling": "--neutron-profiling"}
+
+
+def resolve_neutron_compiler(options: CompileOptions, target: Target) -> CompileOptions:
+    """``options`` with ``auto`` resolved (``eiq`` when the eIQ Neutron SDK imports). With the SDK, its
+    description of the target's NPU must equal the registry's; converter options need the SDK."""
+    if options.neutron_compiler not in NEUTRON_COMPILERS:
+        raise BadOption("--neutron-compiler", options.neutron_compiler, NEUTRON_COMPILERS)
+    compiler = eiq.resolve(options.neutron_compiler, has_npu=target.npu is not None)
+    if compiler != "eiq":
+        for name, flag in _CONVERTER_OPTIONS.items():
+            if getattr(options, name):
+                raise BadOption(flag, True, "it only with the eIQ Neutron SDK installed (--neutron-compiler eiq); "
+                                            f"--neutron-compiler {options.neutron_compiler} compiles with the "
+                                            "reference compiler, which makes no microcode")
+    elif target.npu is not None:
+        eiq.check_target(target.npu)
+    return dataclasses.replace(options, neutron_compiler=compiler)
+
+
+def converter_dumps(edge: EdgeProgramManager) -> dict[str, bytes]:
+    """The files the Neutron converter wrote for each partition, and each partition's profiling map, by the
+    path ``CompileResult.save`` writes them to."""
+    files: dict[str, bytes] = {}
+    for index, module in enumerate(neutron_delegates(edge)):
+        info = delegate_info(module)
+        if info is None:
+            continue
+        for name, data in info.converter_files.items():
+            files[f"partition_{index}_{name.lstrip('_')}"] = data
+        if info.kernel_map is not None:
+            files[f"npu/partition_{index}.kernels.json"] = \
+                (json.dumps(info.kernel_map, indent=2, sort_keys=True) + "\n").encode()
+    return files
 
 
 @contextmanager
@@ -209,15 +293,20 @@ def lower(
                                          _core_aten_ops_exception_list=keep),
     ).transform([pass_type() for pass_type in EDGE_PASSES])
     if target.npu is not None:
-        edge = edge.to_backend(NpuPartitioner(target, options.neutron_compiler, placement_log))
+        partitioner = NpuPartitioner(target, options.neutron_compiler, placement_log)
+        partitioner.delegation_spec.compile_specs.extend(converter_compile_specs(options.converter))
+        edge = edge.to_backend(partitioner)
     stamp_delegate_ids(edge)
     return lower_to_cortex_m(edge, target.cpu.isa, placement_log)
 
 
-def serialize(edge: EdgeProgramManager) -> bytes:
-    """Memory planning and flatbuffer serialization with ExecuTorch's own ``to_executorch``."""
+def serialize(edge: EdgeProgramManager, memory_planner: ImxrtMemoryPlanner | None = None) -> bytes:
+    """Memory planning (ExecuTorch's pass with our placement, ``memory.planning``) and flatbuffer
+    serialization with ExecuTorch's own ``to_executorch``."""
     # The out variants of quantize/dequantize (the model-I/O conversions on the CPU) are registered with
     # torch by this import; to_executorch needs them to emit the kernel calls.
     import executorch.kernels.quantized  # noqa: F401
-    program = edge.to_executorch(ExecutorchBackendConfig(extract_delegate_segments=True))
+    planning = memory_planning_pass(memory_planner or ImxrtMemoryPlanner())
+    program = edge.to_executorch(ExecutorchBackendConfig(extract_delegate_segments=True,
+                                                         memory_planning_pass=planning))
     return bytes(program.buffer)

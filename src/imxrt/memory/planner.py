@@ -167,7 +167,8 @@ def _local_search(roots: list[Buffer], best_size: int, bound: int, start: int) -
     order = list(roots)
     current = place(order, start=start)
     current_size = _size(roots, current, start)
-    found = None
+    found = current if current_size < best_size else None
+    best_size = min(best_size, current_size)
     for _ in range(SEARCH_ITERATIONS):
         if min(current_size, best_size) <= bound:
             break

@@ -1,0 +1,137 @@
+"""Memory stage, the report: what the program needs of SRAM and flash (``report.json``'s ``memory``).
+
+SRAM = the planned arenas (activations, program inputs and outputs, CMSIS-NN scratch: one per memory id)
++ each NPU partition's own scratch (planned by the Neutron compiler, allocated by its delegate, never
+shared with the arena) + the runtime's method allocator (an estimate, see ``method_allocator_bytes``).
+Flash = the whole ``.pte`` (constant tensors, delegate payloads, the program itself).
+
+Every figure comes from the serialized ``.pte`` and the plans the planner recorded while writing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from executorch.exir import schema
+
+from imxrt.memory.planning import MemoryPlan
+from imxrt.npu import payload
+from imxrt.runtime.program import ProgramFile, read_program
+from imxrt.targets import Target
+
+PEAK_TENSORS = 5  # the largest live tensors at the peak named in the report
+
+# Bytes of the runtime's objects on a 32-bit Cortex-M (ExecuTorch 1.5 headers: EValue holds an int64
+# payload and a tag; TensorImpl four pointers, dim, numel, numel bound, dtype, dynamism, device).
+EVALUE_BYTES = 16
+TENSOR_IMPL_BYTES = 32
+POINTER_BYTES = 4
+SPAN_BYTES = 8  # a pointer and a length
+CHAIN_BYTES = 16
+BACKEND_DELEGATE_BYTES = 32
+ALLOCATION_ALIGNMENT = 8
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ALLOCATION_ALIGNMENT) * ALLOCATION_ALIGNMENT
+
+
+def method_allocator_bytes(program: ProgramFile) -> int:
+    """An estimate of what ExecuTorch's ``Method::init`` takes from the method allocator for this plan:
+    the EValue table; per tensor value its TensorImpl and strides (sizes and dim order are read in place
+    from the flatbuffer); per tensor list its pointer and tensor arrays; per chain the kernel pointer and
+    argument-span tables, per instruction its argument pointer list; per delegate its handle. Not counted:
+    what a delegate's own init allocates, and the temp allocator (no kernel here asks for one: CMSIS-NN
+    scratch is planned)."""
+    plan = program.plan
+    total = _aligned(EVALUE_BYTES * len(plan.values))
+    for value in plan.values:
+        if isinstance(value.val, schema.Tensor):
+            total += _aligned(TENSOR_IMPL_BYTES) + _aligned(POINTER_BYTES * len(value.val.sizes))
+        elif isinstance(value.val, (schema.TensorList, schema.OptionalTensorList)):
+            total += _aligned(POINTER_BYTES * len(value.val.items)) + _aligned(POINTER_BYTES * len(value.val.items))
+    for chain in plan.chains:
+        count = len(chain.instructions)
+        total += _aligned(CHAIN_BYTES) + _aligned(POINTER_BYTES * count) + _aligned(SPAN_BYTES * count)
+        for instruction in chain.instructions:
+            call = instruction.instr_args
+            if isinstance(call, (schema.KernelCall, schema.DelegateCall)):
+                total += _aligned(POINTER_BYTES * len(call.args))
+    total += _aligned(BACKEND_DELEGATE_BYTES * len(plan.delegates))
+    return total
+
+
+def npu_scratch_bytes(program: ProgramFile) -> list[int]:
+    """Each NPU partition's scratch, as its Neutron compiler planned it (in delegate order)."""
+    result = []
+    for delegate in program.plan.delegates:
+        blob = program.delegate_data[delegate.processed.index]
+        result.append(int(payload.unpack(blob).metadata.get("scratch_bytes", 0)) if payload.is_reference(blob) else 0)
+    return result
+
+
+def _memory_entry(plan: MemoryPlan) -> dict:
+    by_index = {b.index: b for b in plan.buffers}
+    bound = plan.bound.nbytes
+    return {
+        "memory_id": plan.memory_id,
+        "arena_bytes": plan.arena_bytes,
+        "lower_bound_bytes": bound,
+        "ratio_to_bound": round(plan.arena_bytes / bound, 4) if bound else 1.0,
+        "algorithm": plan.chosen.label,
+        "executorch_default_bytes": plan.executorch_bytes,
+        "candidates": [{"algorithm": label, "bytes": size} for label, size in plan.tried],
+        "tensors": len(plan.buffers),
+        "peak_step": plan.bound.step,
+        "peak_tensors": [{"name": by_index[i].name, "bytes": by_index[i].nbytes, "role": by_index[i].role}
+                         for i in plan.bound.live[:PEAK_TENSORS]],
+    }
+
+
+def memory_report(plans: Sequence[MemoryPlan], pte: bytes, target: Target, sram_budget: int | None) -> dict:
+    """The ``memory`` section of ``report.json``. ``sram_budget`` (bytes) overrides the target's SRAM."""
+    program = read_program(pte)
+    arenas = [_memory_entry(plan) for plan in sorted(plans, key=lambda p: p.memory_id)]
+    npu = npu_scratch_bytes(program)
+    runtime = method_allocator_bytes(program)
+    arena_total = sum(entry["arena_bytes"] for entry in arenas)
+    budget = sram_budget if sram_budget is not None else target.sram_bytes
+    constants = sum(len(data) for data in program.constants)
+    delegates = sum(len(data) for data in program.delegate_data)
+    total = arena_total + sum(npu) + runtime
+    return {
+        "arenas": arenas,
+        "npu_scratch_bytes": npu,
+        "method_allocator_bytes": runtime,
+        "sram": {
+            "arena_bytes": arena_total,
+            "npu_scratch_bytes": sum(npu),
+            "method_allocator_bytes": runtime,
+            "total_bytes": total,
+            "budget_bytes": budget,
+            "budget_from": "--sram-budget" if sram_budget is not None else ("target" if budget is not None else None),
+            "fits": None if budget is None else total <= budget,
+        },
+        "flash": {
+            "pte_bytes": len(pte),
+            "constant_bytes": constants,
+            "delegate_bytes": delegates,
+            "budget_bytes": target.flash_bytes,
+            "fits": None if target.flash_bytes is None else len(pte) <= target.flash_bytes,
+        },
+    }
+
+
+def summary_lines(memory: dict) -> list[str]:
+    """The CLI's memory lines: the same numbers as the JSON."""
+    sram = memory["sram"]
+    lines = []
+    for arena in memory["arenas"]:
+        lines.append(f"memory id {arena['memory_id']}: arena {arena['arena_bytes']:,} B ({arena['algorithm']}), "
+                     f"lower bound {arena['lower_bound_bytes']:,} B (x{arena['ratio_to_bound']:.3f}); "
+                     f"ExecuTorch's default plan {arena['executorch_default_bytes']:,} B")
+    budget = f" of {sram['budget_bytes']:,} B" if sram["budget_bytes"] is not None else ""
+    lines.append(f"SRAM {sram['total_bytes']:,} B{budget}: arena {sram['arena_bytes']:,} + NPU scratch "
+                 f"{sram['npu_scratch_bytes']:,} + method allocator ~{sram['method_allocator_bytes']:,}; "
+                 f"flash (.pte) {memory['flash']['pte_bytes']:,} B")
+    return lines

@@ -1,10 +1,13 @@
 """``NeutronBackend``: the ExecuTorch backend that turns one NPU partition into a delegate payload.
 
 edge partition -> LiteRT subgraph (``npu.litert``) -> Neutron compiler (reference, or the eIQ SDK) ->
-payload bytes + a debug-handle map from each NPU op to the edge nodes it came from.
+payload bytes + a debug-handle map (reference: LiteRT op index -> edge debug handles; eIQ with profiling:
+Neutron kernel index -> edge debug handles) + ``NeutronDelegateInfo`` on the lowered module.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from executorch.exir import EdgeProgramManager
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
@@ -14,16 +17,91 @@ from torch.export import ExportedProgram
 
 from imxrt import macs
 from imxrt.errors import BadOption
-from imxrt.npu.compilers import reference
+from imxrt.npu import microcode_payload, payload
+from imxrt.npu.compilers import eiq, eiq_kernels, reference
 from imxrt.npu.litert import lower_partition
+from imxrt.passes.qdq import is_compute
 from imxrt.targets import get_target
 
 
-def _spec(compile_specs: list[CompileSpec], key: str) -> str:
+def _spec(compile_specs: list[CompileSpec], key: str, default: str | None = None) -> str:
     for spec in compile_specs:
         if spec.key == key:
             return bytes(spec.value).decode()
-    raise KeyError(key)
+    if default is None:
+        raise KeyError(key)
+    return default
+
+
+# The converter options as compile specs (what the partitioner's delegation spec carries besides the
+# target and the compiler). Only options that are on are written, so a program compiled without them has
+# the same compile specs, and bytes, as before they existed.
+_CONVERTER_SPECS = {
+    "fetch_constants_to_sram": "fetch_constants_to_sram",
+    "dump_kernel_selection_code": "dump_kernel_selection_code",
+    "profiling": "neutron_profiling",
+}
+
+
+def converter_compile_specs(options: eiq.ConverterOptions) -> list[CompileSpec]:
+    """Compile specs for the converter options that are on."""
+    return [CompileSpec(key, b"1") for name, key in _CONVERTER_SPECS.items() if getattr(options, name)]
+
+
+def _converter_options(compile_specs: list[CompileSpec]) -> eiq.ConverterOptions:
+    on = {name: _spec(compile_specs, key, "0") == "1" for name, key in _CONVERTER_SPECS.items()}
+    return eiq.ConverterOptions(**on)
+
+
+@dataclass(frozen=True)
+class NeutronDelegateInfo:
+    """What ``preprocess`` knows about a delegate beyond its bytes. ExecuTorch keeps it on the lowered module
+    (``meta["_delegate_info_meta"]``), out of the ``.pte``."""
+
+    compiler: str  # "reference" or "eiq": which kind of payload the delegate holds
+    tflite: bytes  # the partition's LiteRT subgraph: the Neutron converter's input
+    converter_files: dict[str, bytes] = field(default_factory=dict)  # files the converter wrote, by name
+    kernel_map: dict | None = None  # eIQ with profiling: eiq_kernels.KernelMap.to_json()
+
+
+def delegate_info(module: LoweredBackendModule) -> NeutronDelegateInfo | None:
+    info = getattr(module, "meta", None) and module.meta.get("_delegate_info_meta")
+    return info if isinstance(info, NeutronDelegateInfo) else None
+
+
+def neutron_delegates(edge: EdgeProgramManager) -> list[LoweredBackendModule]:
+    """The program's ``NeutronBackend`` delegates in execution order: the report's partition order."""
+    gm = edge.exported_program().graph_module
+    delegates = []
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and getattr(node.target, "__name__", "") == "executorch_call_delegate":
+            module = getattr(gm, node.args[0].target)
+            if module.backend_id == DELEGATE_ID:
+                delegates.append(module)
+    return delegates
+
+
+def payload_description(blob: bytes) -> dict:
+    """What a delegate holds, for the report: ``payload`` is ``reference`` (imxrt's host payload, no device
+    code) or ``microcode`` (the stock runtime's payload: eIQ Neutron SDK output, with its header figures)."""
+    if payload.is_reference(blob):
+        return {"payload": "reference"}
+    try:
+        parsed = microcode_payload.parse(blob)
+    except ValueError as e:
+        return {"payload": f"unreadable ({e})"}
+    header = parsed.header
+    return {"payload": "microcode", "payload_version": parsed.version, "microcode_bytes": header.microcode_bytes,
+            "weights_bytes": header.weights_bytes, "npu_scratch_bytes": header.scratch_bytes}
+
+
+def partition_name(edge_program: ExportedProgram) -> str:
+    """How errors name a partition: its tag and the edge nodes it holds."""
+    tag = next((n.meta["delegation_tag"] for n in edge_program.graph.nodes if "delegation_tag" in n.meta),
+               "(untagged)")
+    computes = [n.name for n in edge_program.graph.nodes if is_compute(n)]
+    shown = ", ".join(computes[:3]) + (f", ... ({len(computes)} ops)" if len(computes) > 3 else "")
+    return f"{tag} [{shown}]"
 
 
 # The delegate id the stock ExecuTorch Neutron runtime on the board registers: what the .pte must say.
@@ -39,16 +117,34 @@ class ImxrtNeutronBackend(BackendDetails):
     @staticmethod
     def preprocess(edge_program: ExportedProgram, compile_specs: list[CompileSpec]) -> PreprocessResult:
         target = get_target(_spec(compile_specs, "target"))
-        compiler = _spec(compile_specs, "neutron_compiler")
-        if compiler != "reference":
-            raise BadOption("--neutron-compiler", compiler, ["reference"])
+        choice = _spec(compile_specs, "neutron_compiler")
+        if choice not in eiq.COMPILER_CHOICES:
+            raise BadOption("--neutron-compiler", choice, eiq.COMPILER_CHOICES)
+        compiler = eiq.resolve(choice)
         subgraph = lower_partition(edge_program)
-        partition_macs = sum(macs.of(n) for n in edge_program.graph.nodes)
-        blob = reference.compile_partition(subgraph, target.npu, partition_macs)
-        debug_handle_map = {
-            index: op.debug_handles for index, op in enumerate(subgraph.ops) if op.debug_handles
-        }
-        return PreprocessResult(processed_bytes=blob, debug_handle_map=debug_handle_map)
+        if compiler == "reference":
+            partition_macs = sum(macs.of(n) for n in edge_program.graph.nodes)
+            blob = reference.compile_partition(subgraph, target.npu, partition_macs)
+            debug_handle_map = {
+                index: op.debug_handles for index, op in enumerate(subgraph.ops) if op.debug_handles
+            }
+            info = NeutronDelegateInfo(compiler, subgraph.tflite)
+            return PreprocessResult(processed_bytes=blob, debug_handle_map=debug_handle_map,
+                                    _delegate_info_meta=info)
+        options = _converter_options(compile_specs)
+        compiled = eiq.compile_partition(subgraph, target.npu, options, partition_name(edge_program))
+        debug_handle_map: dict[int, tuple[int, ...]] = {}
+        kernel_map = None
+        if options.profiling:  # without it the microcode records no kernel events: nothing to map
+            names = eiq.tensor_names(subgraph.tflite)
+            kernels = eiq_kernels.kernel_map(compiled.conversion.log, names.op_outputs,
+                                             [op.builtin for op in subgraph.ops],
+                                             [op.debug_handles for op in subgraph.ops])
+            debug_handle_map = kernels.debug_handle_map()
+            kernel_map = kernels.to_json()
+        info = NeutronDelegateInfo(compiler, subgraph.tflite, dict(compiled.conversion.files), kernel_map)
+        return PreprocessResult(processed_bytes=compiled.payload, debug_handle_map=debug_handle_map,
+                                _delegate_info_meta=info)
 
 
 def stamp_delegate_ids(edge: EdgeProgramManager) -> None:

@@ -16,7 +16,7 @@ from torch.fx import Node
 
 from imxrt import macs
 from imxrt.npu import payload
-from imxrt.npu.backend import DELEGATE_ID
+from imxrt.npu.backend import DELEGATE_ID, delegate_info, payload_description
 from imxrt.npu.compilers.reference import litert_ops
 from imxrt.npu.partitioner import PlacementLog
 from imxrt.npu.support import op_name
@@ -47,7 +47,8 @@ def build_report(
                 continue
             index = len(partitions)
             blob = bytes(delegate.processed_bytes)
-            tflite = payload.unpack(blob).tflite if payload.is_reference(blob) else b""
+            info = delegate_info(delegate)  # the LiteRT subgraph survives only here for a microcode payload
+            tflite = info.tflite if info else payload.unpack(blob).tflite if payload.is_reference(blob) else b""
             tflites.append(tflite)
             nodes = [n for n in delegate.original_module.graph.nodes if is_compute(n)]
             for inner in nodes:
@@ -60,7 +61,7 @@ def build_report(
                 "ops": litert_ops(tflite) if tflite else [],
                 "nodes": [n.name for n in nodes],
                 "macs": sum(macs.of(n) for n in nodes),
-                "payload": "reference" if payload.is_reference(blob) else "microcode",
+                **payload_description(blob),
                 "payload_bytes": len(blob),
             })
         elif _is_conversion(node):

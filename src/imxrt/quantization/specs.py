@@ -62,14 +62,17 @@ def _bias_qparams(observers) -> tuple[torch.Tensor, torch.Tensor]:
     return scale, torch.zeros_like(scale, dtype=torch.int32)
 
 
-def bias_spec(op_node: Node, input_node: Node, weight_node: Node) -> DerivedQuantizationSpec:
+def bias_spec(op_node: Node, input_node: Node, weight_node: Node, per_channel: bool = True
+              ) -> DerivedQuantizationSpec:
+    """int32 at s_in * s_w: per output channel when the weight is, else one scale (a per-channel bias with
+    a single scale is a program ExecuTorch's dequantize kernel refuses)."""
     return DerivedQuantizationSpec(
         derived_from=[(input_node, op_node), (weight_node, op_node)],
         derive_qparams_fn=_bias_qparams,
         dtype=torch.int32,
         quant_min=INT32_MIN + 1,
         quant_max=INT32_MAX,
-        qscheme=torch.per_channel_symmetric,
+        qscheme=torch.per_channel_symmetric if per_channel else torch.per_tensor_symmetric,
         ch_axis=0,
     )
 

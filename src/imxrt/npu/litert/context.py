@@ -290,7 +290,8 @@ class LoweringContext:
         """The int32 bias behind a dequantize node (zeros when the op has none)."""
         if arg is None:
             return np.zeros(channels, np.int32)
-        value = self.edge_constant(arg.args[0]) if qdq.is_dequantize_per_channel(arg) else None
+        behind_dequantize = qdq.is_dequantize_per_channel(arg) or qdq.is_dequantize(arg)  # conv / linear bias
+        value = self.edge_constant(arg.args[0]) if behind_dequantize else None
         if value is None or value.dtype != torch.int32 or tuple(value.shape) != (channels,):
             raise UnsupportedForLiteRT(consumer, "bias is not a constant int32 vector behind a dequantize")
         return qdq.as_numpy(value)

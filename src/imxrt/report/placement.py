@@ -21,6 +21,7 @@ from imxrt.npu.compilers.reference import litert_ops
 from imxrt.npu.partitioner import PlacementLog
 from imxrt.npu.support import op_name
 from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
+from imxrt.perf import estimate_latency, latency_line
 from imxrt.targets import Target
 
 REPORT_VERSION = 1
@@ -72,6 +73,9 @@ def build_report(
             reason = decision.reason if decision else "created after partitioning"
             ops.append(_op_entry(node, "cpu", None, reason, _macs(node)) | _cpu_execution(node))
 
+    latency = estimate_latency(edge, target)
+    cycles = {(op["partition"], op["name"]): op["cycles"] for op in latency["ops"]}
+    ops = [op | {"estimated_cycles": cycles.get((op["partition"], op["name"]), 0)} for op in ops]
     macs_total = sum(op["macs"] for op in ops)
     macs_npu = sum(op["macs"] for op in ops if op["placement"] == "npu")
     transposes = sum(p["ops"].count("TRANSPOSE") for p in partitions)
@@ -95,6 +99,7 @@ def build_report(
             "layout_copies": sum(n.target is _TO_DIM_ORDER_COPY for n in gm.graph.nodes),
         },
     }
+    report["latency"] = latency
     return report, tflites
 
 
@@ -165,6 +170,8 @@ def summary_lines(report: dict) -> list[str]:
         f"{s['macs_npu']:,} of {s['macs_total']:,} MACs ({100 * s['npu_mac_fraction']:.1f}%), "
         f"{s['transposes']} TRANSPOSE",
     ]
+    if "latency" in report:
+        lines.append(latency_line(report["latency"]))
     cpu = [op for op in report["ops"] if op["placement"] == "cpu"]
     if cpu:
         lines.append(f"CPU: {len(cpu)} ops ({s['ops_cpu_int8']} int8, {s['ops_cpu_float']} float), "

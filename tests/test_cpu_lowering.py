@@ -268,3 +268,13 @@ def test_the_program_it_was_given_is_left_unchanged():
     edge, _, _ = cpu_lowered("head")
     assert not [n for n in edge.exported_program().graph.nodes
                 if getattr(n.target, "namespace", "") == "cortex_m"]
+
+
+def test_plan_checking_treats_cmsis_nn_scratch_as_written():
+    """The stock schemas declare ``Tensor scratch`` without (a!); poisoning must still see the kernels
+    write it, or it would poison live data through a scratch buffer that shares its bytes."""
+    program = serialize(copy.deepcopy(cpu_lowered("ds_cnn")[1]))
+    source = compiled_example("ds_cnn")[0]
+    x = torch.rand(source.example_inputs[0].shape, generator=torch.Generator().manual_seed(5)) * 2 - 1
+    np.testing.assert_array_equal(imxrt.runtime.load(program, check_plan=True).forward(x)[0],
+                                  imxrt.runtime.load(program).forward(x)[0])

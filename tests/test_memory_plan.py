@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 import imxrt.runtime
-import imxrt.runtime.ops as runtime_ops
 from imxrt.cli import main
 from imxrt.memory.budget import OverBudget
 from imxrt.memory.planner import PlanConflict, verify
@@ -86,25 +85,7 @@ def test_plan_beats_executorchs_default_and_reaches_the_bound(programs):
     assert plan.chosen.label != EXECUTORCH_GREEDY
 
 
-@pytest.fixture
-def scratch_is_written(monkeypatch):
-    """The stock cortex_m schemas declare CMSIS-NN scratch as a plain ``Tensor scratch`` argument, though
-    the kernel writes it; the plan checker would take it for a view of whatever tensor its bytes once
-    held and keep that tensor alive (then poison it) wrongly. Count scratch arguments as written."""
-    resolve = runtime_ops.resolve
-
-    def with_scratch(op, program_name):
-        kernel = resolve(op, program_name)
-        scratch = {i for i, argument in enumerate(kernel.arguments) if argument.name in ("scratch", "output_scratch")}
-        if not scratch:
-            return kernel
-        return runtime_ops.Kernel(kernel.name, kernel.fn, kernel.arguments, tuple(sorted({*kernel.written, *scratch})),
-                                  kernel.stores_result)
-
-    monkeypatch.setattr(runtime_ops, "resolve", with_scratch)
-
-
-def test_outputs_are_bit_identical_with_poisoning_and_to_the_default_plan(programs, scratch_is_written):
+def test_outputs_are_bit_identical_with_poisoning_and_to_the_default_plan(programs):
     ours, default, _ = programs
     x = INPUTS[0].numpy()
     reference = imxrt.runtime.load(default).forward(x)[0]

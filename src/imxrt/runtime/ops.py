@@ -80,6 +80,11 @@ _SCALAR_OPS: dict[str, Callable] = {
 _SCALAR_ARITY = {"executorch_prim::neg.Scalar": 1, "executorch_prim::sym_numel.default": 1}
 
 
+# CMSIS-NN work buffers: the stock cortex_m schemas declare them without (a!), but the kernel writes them,
+# so plan checking must treat them as written (not as views of whatever their bytes held before).
+_SCRATCH_ARGUMENTS = frozenset({"scratch", "output_scratch"})
+
+
 def qualified_name(op: schema.Operator) -> str:
     return f"{op.name}.{op.overload or 'default'}"
 
@@ -158,7 +163,8 @@ def resolve(op: schema.Operator, program_name: str) -> Kernel:
                                     "NeutronBackend delegates run on the host") from None
     op_schema = overload._schema
     arguments = tuple(Argument(a.name, a.kwarg_only, _converter(a.type)) for a in op_schema.arguments)
-    written = [i for i, a in enumerate(op_schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    written = [i for i, a in enumerate(op_schema.arguments)
+               if (a.alias_info is not None and a.alias_info.is_write) or a.name in _SCRATCH_ARGUMENTS]
     if op_schema.returns:  # several returns are serialized as one list value
         written.append(len(op_schema.arguments))
     return Kernel(name, SPECIAL.get(name, overload), arguments, tuple(written))

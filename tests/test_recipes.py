@@ -33,7 +33,7 @@ def _model_and_data():
     return model, calibration
 
 
-@pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
+@pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu", "cortex-m55"])
 def test_the_recipe_exports_the_program_imxrt_compile_writes(target):
     model, calibration = _model_and_data()
     ours = compile(model, calibration[0], target, calibration, CompileOptions(show_progress=False))

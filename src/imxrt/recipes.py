@@ -32,6 +32,7 @@ from executorch.export import (
 )
 
 from imxrt.cpu.lowering import LowerToCortexMPass
+from imxrt.memory.planning import ImxrtMemoryPlanner, memory_planning_pass
 from imxrt.npu.backend import stamp_delegate_ids
 from imxrt.npu.partitioner import KEEP_WHOLE, NpuPartitioner
 from imxrt.passes import EDGE_PASSES, run_aten_passes
@@ -102,7 +103,8 @@ def _recipe(name: str, rule_table, calibration: CalibrationFn | None, shared_ste
         name=name,
         quantization_recipe=quantization,
         lowering_recipe=lowering,
-        executorch_backend_config=ExecutorchBackendConfig(extract_delegate_segments=True),
+        executorch_backend_config=ExecutorchBackendConfig(
+            extract_delegate_segments=True, memory_planning_pass=memory_planning_pass(ImxrtMemoryPlanner())),
         strict=False,
     )
 

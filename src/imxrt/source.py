@@ -54,9 +54,15 @@ def import_file(source: str, path: Path):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     folder = str(path.resolve().parent)
+    # Registered like an imported module, so what reads a model's globals by module name (torch.export's
+    # strict mode, which ExecuTorch's recipes use; pickling, deepcopy) finds it.
+    sys.modules[name] = module
     sys.path.insert(0, folder)
     try:
         _call(source, "importing the file", lambda: spec.loader.exec_module(module))
+    except BaseException:
+        del sys.modules[name]
+        raise
     finally:
         sys.path.remove(folder)
     return module

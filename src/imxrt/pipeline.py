@@ -28,7 +28,13 @@ from imxrt.errors import BadModel, BadOption
 from imxrt.memory.budget import check_sram_budget, check_tensors_fit
 from imxrt.memory.planning import ImxrtMemoryPlanner, memory_planning_pass
 from imxrt.memory.report import memory_report
-from imxrt.npu.backend import converter_compile_specs, delegate_info, neutron_delegates, stamp_delegate_ids
+from imxrt.npu.backend import (
+    check_device_layouts,
+    converter_compile_specs,
+    delegate_info,
+    neutron_delegates,
+    stamp_delegate_ids,
+)
 from imxrt.npu.compilers import eiq
 from imxrt.npu.partitioner import NpuPartitioner, PlacementLog, ops_to_keep_whole
 from imxrt.passes import EDGE_PASSES, run_aten_passes
@@ -154,6 +160,7 @@ def compile(
     with _timed(seconds, "lower"):
         edge = lower(quantized, target, options, placement_log)
     check_tensors_fit(edge.exported_program(), target)
+    check_device_layouts(edge)
     # Read the placement before serialization: to_executorch rewrites the edge graph in place.
     report, partitions = placement.build_report(edge, placement_log, target, options.neutron_compiler)
     npu_files = converter_dumps(edge)

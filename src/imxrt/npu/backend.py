@@ -14,6 +14,7 @@ from executorch.exir.backend.backend_details import BackendDetails, PreprocessRe
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from executorch.exir.lowered_backend_module import LoweredBackendModule
 from torch.export import ExportedProgram
+from torch.fx import Node
 
 from imxrt import macs
 from imxrt.errors import BadOption
@@ -69,16 +70,43 @@ def delegate_info(module: LoweredBackendModule) -> NeutronDelegateInfo | None:
     return info if isinstance(info, NeutronDelegateInfo) else None
 
 
-def neutron_delegates(edge: EdgeProgramManager) -> list[LoweredBackendModule]:
-    """The program's ``NeutronBackend`` delegates in execution order: the report's partition order."""
+def _neutron_calls(edge: EdgeProgramManager) -> list[tuple[Node, LoweredBackendModule]]:
+    """The program's ``NeutronBackend`` delegate calls and their modules, in execution order."""
     gm = edge.exported_program().graph_module
-    delegates = []
+    calls = []
     for node in gm.graph.nodes:
         if node.op == "call_function" and getattr(node.target, "__name__", "") == "executorch_call_delegate":
             module = getattr(gm, node.args[0].target)
             if module.backend_id == DELEGATE_ID:
-                delegates.append(module)
-    return delegates
+                calls.append((node, module))
+    return calls
+
+
+def neutron_delegates(edge: EdgeProgramManager) -> list[LoweredBackendModule]:
+    """The program's ``NeutronBackend`` delegates in execution order: the report's partition order."""
+    return [module for _, module in _neutron_calls(edge)]
+
+
+def check_device_layouts(edge: EdgeProgramManager) -> None:
+    """Invariant: the stock runtime accepts every tensor a microcode delegate reads or writes. It takes a
+    contiguous or a channels_last tensor where the format flag is 1 and there is more than one channel, and
+    only a contiguous one elsewhere. The flags come from the partition; the CPU lowering fixes the final dim
+    orders after it, so the two are checked together here."""
+    for node, module in _neutron_calls(edge):
+        blob = bytes(module.processed_bytes)
+        if payload.is_reference(blob):
+            continue  # runs on the host, whose runtime takes any dim order
+        parsed = microcode_payload.parse(blob)
+        outputs = {user.args[1]: user for user in node.users}  # getitem(call, j)
+        tensors = [(node.args[1 + i], flag) for i, flag in zip(parsed.input_map, parsed.input_flags, strict=True)]
+        tensors += [(outputs[j], flag) for j, flag in zip(parsed.output_map, parsed.output_flags, strict=True)]
+        for tensor, flag in tensors:
+            value = tensor.meta["val"]
+            order, contiguous = tuple(value.dim_order()), tuple(range(value.dim()))
+            transposable = flag == 1 and value.dim() >= 3 and value.shape[-3] != 1
+            allowed = {contiguous, (0, 2, 3, 1)} if transposable else {contiguous}
+            assert order in allowed, (f"{module.backend_id} delegate {node.name}: {tensor.name} has dim order {order}, "
+                                      f"format flag {flag}; the board's runtime accepts only {sorted(allowed)}")
 
 
 def payload_description(blob: bytes) -> dict:

@@ -169,7 +169,7 @@ def _functional_kernel(op: CortexMOp) -> Callable[..., torch.Tensor]:
     return run
 
 
-def _out_kernel(op: CortexMOp) -> Callable[..., torch.Tensor]:
+def out_kernel(op: CortexMOp) -> Callable[..., torch.Tensor]:
     """Writes the logical result into ``out``, which may be any strided view (an arena slot)."""
 
     def run(*args, out):
@@ -203,7 +203,7 @@ def _register_out_kernels() -> Library:
     registers none for them)."""
     library = Library(NAMESPACE, "FRAGMENT")
     for op in OPS:
-        library.impl(f"{op.name}.out", _out_kernel(op), "CPU")
+        library.impl(f"{op.name}.out", out_kernel(op), "CPU")
         library.impl(f"{op.name}.out", _out_meta, "Meta")
     return library
 

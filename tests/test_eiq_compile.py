@@ -22,6 +22,7 @@ from imxrt.errors import BadFile, BadOption
 from imxrt.npu import microcode_payload
 from imxrt.npu.compilers import eiq
 from imxrt.pipeline import CompileOptions, compile
+from imxrt.report.placement import summary_lines
 
 STANDIN = Path(__file__).resolve().parent / "eiq_neutron_sdk_standin"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -133,6 +134,7 @@ def test_delegates_hold_the_runtime_payload_mapped_onto_the_program_tensors(sdk)
     assert result.report["neutron_compiler"] == "eiq"
     (partition,) = result.report["partitions"]
     assert (partition["payload"], partition["payload_version"]) == ("microcode", 0)
+    assert summary_lines(result.report)[0] == "target imxrt700 (Neutron compiler: eiq; delegates hold device microcode)"
     assert _compile(_seeded(TwoInTwoOut), _inputs()).pte == result.pte, "two compiles in one process differ"
 
 

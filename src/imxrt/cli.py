@@ -135,8 +135,9 @@ def _compile(args: argparse.Namespace) -> int:
     if not args.quiet:
         for line in summary_lines(result.report) + memory_lines(result.report["memory"]):
             print(line)
+        dumps = f", {', '.join(sorted(result.npu_files))}" if result.npu_files else ""
         print(f"wrote {args.output / 'model.pte'} ({len(result.pte):,} bytes), report.json, "
-              f"{len(result.partitions)} partition .tflite")
+              f"{len(result.partitions)} partition .tflite{dumps}")
     return 0
 
 

@@ -161,11 +161,18 @@ def _op_entry(node: Node, placement: str, partition: int | None, reason: str, no
     }
 
 
+def _payloads(report: dict) -> str:
+    """What the delegates hold, said plainly: device microcode, or reference payloads the board cannot run."""
+    kinds = sorted({p["payload"] for p in report["partitions"]})
+    words = {"microcode": "device microcode", "reference": "reference payloads for the host, no device code"}
+    return f"; delegates hold {' and '.join(words.get(kind, kind) for kind in kinds)}" if kinds else ""
+
+
 def summary_lines(report: dict) -> list[str]:
     """The placement summary the CLI prints."""
     s = report["summary"]
     lines = [
-        f"target {report['target']} (Neutron compiler: {report['neutron_compiler']})",
+        f"target {report['target']} (Neutron compiler: {report['neutron_compiler']}{_payloads(report)})",
         f"NPU: {s['ops_npu']} ops in {s['partitions']} partition(s), "
         f"{s['macs_npu']:,} of {s['macs_total']:,} MACs ({100 * s['npu_mac_fraction']:.1f}%), "
         f"{s['transposes']} TRANSPOSE",

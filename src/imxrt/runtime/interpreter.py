@@ -9,7 +9,6 @@ chain (kernel calls, delegate calls, moves, jumps, frees) and copies the outputs
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -176,7 +175,7 @@ class Interpreter:
         fixed = [(self.values[i], self.layouts[i]) for i in written if i not in self.reassigned]
         moving = [(i, self.layouts[i]) for i in written if i in self.reassigned]  # whatever value is there now
         if self._static(indices):
-            call = _bind(kernel, [self._resolve(self.values[index]) for index in indices])
+            call = kernel.bind([self._resolve(self.values[index]) for index in indices])
         else:
             def call():
                 return kernel.call([self._resolve(values[index]) for index in indices])
@@ -277,18 +276,6 @@ class Interpreter:
         if isinstance(value, torch.Tensor):
             return value.detach().clone(memory_format=torch.contiguous_format).numpy()
         return np.asarray(value)
-
-
-def _bind(kernel: ops.Kernel, values: list) -> Callable[[], object]:
-    """``kernel.call(values)`` with the argument conversion done now, once."""
-    args, kwargs = [], {}
-    for argument, value in zip(kernel.arguments, values, strict=False):
-        value = argument.convert(value)
-        if argument.keyword:
-            kwargs[argument.name] = value
-        else:
-            args.append(value)
-    return functools.partial(kernel.fn, *args, **kwargs)
 
 
 def _restore_layouts(written: list[tuple[torch.Tensor, tuple]]) -> None:

@@ -12,6 +12,7 @@ its returns, each an index into the plan's values.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -112,7 +113,8 @@ class Kernel:
     written: tuple[int, ...]  # positions (among the instruction's args) of the values the op writes
     stores_result: bool = False  # the op returns a new value (a view, a scalar) instead of writing an out
 
-    def call(self, values: list[object]) -> object:
+    def bind(self, values: list[object]) -> Callable[[], object]:
+        """The call with these argument values, converted now, once."""
         args, kwargs = [], {}
         for argument, value in zip(self.arguments, values, strict=False):
             value = argument.convert(value)
@@ -120,7 +122,10 @@ class Kernel:
                 kwargs[argument.name] = value
             else:
                 args.append(value)
-        return self.fn(*args, **kwargs)
+        return functools.partial(self.fn, *args, **kwargs)
+
+    def call(self, values: list[object]) -> object:
+        return self.bind(values)()
 
 
 def _identity(value):

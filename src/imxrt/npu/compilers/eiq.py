@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from imxrt.errors import ImxrtError
+from imxrt.errors import BadOption, ImxrtError
+from imxrt.npu import microcode_payload
 
 if TYPE_CHECKING:
     from imxrt.npu.litert import LiteRTSubgraph
@@ -111,8 +112,6 @@ def resolve(choice: str, has_npu: bool = True) -> str:
     if choice == "auto":
         return "eiq" if sdk_available() else "reference"
     if choice != "eiq":
-        from imxrt.errors import BadOption
-
         raise BadOption("--neutron-compiler", choice, COMPILER_CHOICES)
     if has_npu:
         try:
@@ -395,8 +394,6 @@ def compile_partition(subgraph: LiteRTSubgraph, npu: NeutronConfig, options: Con
     """Convert ``subgraph`` with the SDK and compose its payload: NeutronGraph input i reads the partition
     input of the same tensor name, output j writes the partition output of that name; format flag 1 where
     the partition tensor is channels_last (its bytes are NHWC already), 0 where the subgraph transposes."""
-    from imxrt.npu import microcode_payload
-
     check_target(npu)
     conversion = convert(subgraph.tflite, npu.name, options, partition)
     try:

@@ -6,7 +6,8 @@ per-kernel dump (asked for with ``useProfiling``); our own LiteRT ops carry exac
 sections of the dump are read:
 
 - the kernels, in call order, after ``= Extract Graphs =``:
-  ``NeutronOperator "subgraph_001": Operators: PAD CONV_2D Kernels: Pad Conv2DStandardV2`` (one per line);
+  ``NeutronOperator "subgraph_001": Operators: PAD CONV_2D Kernels: Pad Conv2DStandardV2`` (one per line,
+  up to the next operator or an empty line);
 - the generated graph, after the last ``Graphs:``: per ``Name: subgraph_001``, its TFLite operators with
   ``Type:``, ``Inputs:``, ``Outputs:`` (``[0]: tensor_name``) and ``Location:``.
 
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 
 _OPERATOR = re.compile(
     r'NeutronOperator\s+"subgraph_(?P<num>\d+)"\s*:\s*Operators:(?P<operators>.*?)Kernels:(?P<kernels>.*?)'
-    r'(?=NeutronOperator|NeutronGraph|^\s*=|\Z)', re.S | re.M)
+    r'(?=NeutronOperator|NeutronGraph|^[ \t]*$|^\s*=|\Z)', re.S | re.M)
 _NODE = re.compile(r"Type:\s+(?P<type>\w+)\s+Inputs:(?P<inputs>.*?)Outputs:(?P<outputs>.*?)Location:\s+\d+", re.S)
 _TENSOR = re.compile(r"\[\d+\]:\s+(?P<name>\S+)")
 _SUBGRAPH = re.compile(r"Name:\s+subgraph_(?P<num>\d+)")

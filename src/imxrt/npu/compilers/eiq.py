@@ -198,7 +198,8 @@ def _child_environment() -> dict[str, str]:
     paths = [str(Path(imxrt.__file__).resolve().parents[1])]
     spec = importlib.util.find_spec(SDK_PACKAGE)
     if spec is not None and spec.origin:
-        paths.insert(0, str(Path(spec.origin).resolve().parents[1]))
+        location = Path(spec.origin).resolve().parent  # a package's folder, or a one-file module's
+        paths.insert(0, str(location.parent if spec.submodule_search_locations else location))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env

@@ -1,0 +1,13 @@
+"""Profiling: the ETRecord ``imxrt compile`` writes and the ETDump ``imxrt run --etdump`` synthesizes from
+the cost model, which ExecuTorch's Inspector reads together.
+
+``instructions`` (compile time: which report entry each instruction of the ``.pte`` stands for),
+``etrecord`` (ExecuTorch's ETRecord, as bytes), ``etdump`` (estimated profile events per instruction and
+per NPU kernel, in ExecuTorch's ETDump flatbuffer).
+"""
+
+from imxrt.profiling.etdump import estimated_etdump
+from imxrt.profiling.etrecord import etrecord_bytes
+from imxrt.profiling.instructions import instruction_table
+
+__all__ = ["estimated_etdump", "etrecord_bytes", "instruction_table"]

@@ -1,4 +1,4 @@
-"""The ``imxrt`` command: ``compile``, ``run`` and ``targets``. Errors a user can cause print one line, exit 1."""
+"""The ``imxrt`` command: ``compile``, ``run``, ``report``, ``targets``. A user error prints one line, exit 1."""
 
 from __future__ import annotations
 
@@ -61,6 +61,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--output-dir", type=Path, default=None, help="write output_<i>.npy here")
     run.add_argument("--check-plan", action="store_true",
                      help="poison each planned tensor's bytes when its lifetime ends (catches bad memory plans)")
+    run.add_argument("--etdump", type=Path, default=None, metavar="PATH",
+                     help="write an ETDump of this run with the cost model's estimated time per op and NPU kernel, "
+                          "for ExecuTorch's Inspector with model.etrecord")
+    run.add_argument("--report", type=Path, default=None, metavar="JSON",
+                     help="the report.json compiled with the .pte, for --etdump (default: beside the .pte)")
+
+    report = commands.add_parser("report", help="write OUTDIR/report.html from OUTDIR/report.json")
+    report.add_argument("outdir", type=Path, help="a folder imxrt compile wrote (e.g. out/)")
 
     commands.add_parser("targets", help="list the targets")
     return parser
@@ -75,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             return _targets()
         if args.command == "run":
             return _run(args)
+        if args.command == "report":
+            return _report(args)
         return _compile(args)
     except ImxrtError as e:
         print(f"imxrt: error: {e}", file=sys.stderr)
@@ -136,7 +146,7 @@ def _compile(args: argparse.Namespace) -> int:
         for line in summary_lines(result.report) + memory_lines(result.report["memory"]):
             print(line)
         dumps = f", {', '.join(sorted(result.npu_files))}" if result.npu_files else ""
-        print(f"wrote {args.output / 'model.pte'} ({len(result.pte):,} bytes), report.json, "
+        print(f"wrote {args.output / 'model.pte'} ({len(result.pte):,} bytes), report.json, report.html, "
               f"{len(result.partitions)} partition .tflite{dumps}")
     return 0
 
@@ -154,6 +164,40 @@ def parse_bytes(option: str, text: str | None) -> int | None:
     if suffix not in _BYTE_SUFFIXES or not number.isdigit() or int(number) < 1:
         raise BadOption(option, text, "a positive byte count, optionally with K or M (e.g. 512K, 2M)")
     return int(number) * _BYTE_SUFFIXES[suffix]
+
+
+def _report(args: argparse.Namespace) -> int:
+    import json
+
+    from imxrt.errors import BadFile
+    from imxrt.report.html import render
+
+    path = args.outdir / "report.json"
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadFile(str(path), "no such file; give the folder imxrt compile -o wrote") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise BadFile(str(path), f"is not readable JSON ({str(e).strip().splitlines()[0]}); "
+                                 "recompile with imxrt compile") from None
+    missing = [key for key in ("target", "neutron_compiler", "ops", "partitions", "summary")
+               if not isinstance(report, dict) or key not in report]
+    if missing:
+        raise BadFile(str(path), f"is not an imxrt report (no {', '.join(missing)}); recompile with imxrt compile")
+    try:
+        page = render(report)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise BadFile(str(path), f"does not have the layout this imxrt writes ({type(e).__name__}: {e}); "
+                                 "recompile with imxrt compile") from None
+    # Written aside and renamed: an interrupted run leaves the previous report.html whole.
+    partial = args.outdir / ".report.html.partial"
+    try:
+        partial.write_text(page, encoding="utf-8")
+        os.replace(partial, args.outdir / "report.html")
+    finally:
+        partial.unlink(missing_ok=True)
+    print(f"wrote {args.outdir / 'report.html'}")
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -174,6 +218,10 @@ def _run(args: argparse.Namespace) -> int:
             raise BadFile(str(path), f"is not a .npy array ({str(e).strip().splitlines()[0]})") from None
     program = load(args.pte, check_plan=args.check_plan)
     outputs = program.forward(*inputs)
+    if args.etdump is not None:
+        from imxrt.profiling.etdump import write_etdump
+
+        write_etdump(args.etdump, program.file, args.report or args.pte.parent / "report.json")
     if args.output_dir is not None:
         args.output_dir.mkdir(parents=True, exist_ok=True)
     for index, output in enumerate(outputs):
@@ -183,6 +231,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"output {index}: shape {tuple(output.shape)} {output.dtype} crc32 {crc:08x}")
     if args.output_dir is not None:
         print(f"wrote {len(outputs)} output(s) to {args.output_dir}")
+    if args.etdump is not None:
+        print(f"wrote {args.etdump} (estimated times from the cost model, not measurements)")
     return 0
 
 

@@ -19,7 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from executorch.exir import EdgeCompileConfig, EdgeProgramManager, ExecutorchBackendConfig, to_edge
+from executorch.exir import (
+    EdgeCompileConfig,
+    EdgeProgramManager,
+    ExecutorchBackendConfig,
+    ExecutorchProgramManager,
+    to_edge,
+)
 from torch.export import ExportedProgram
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -38,7 +44,10 @@ from imxrt.npu.backend import (
 from imxrt.npu.compilers import eiq
 from imxrt.npu.partitioner import NpuPartitioner, PlacementLog, ops_to_keep_whole
 from imxrt.passes import EDGE_PASSES, run_aten_passes
+from imxrt.profiling.etrecord import etrecord_bytes
+from imxrt.profiling.instructions import instruction_table
 from imxrt.quantization import ImxrtQuantizer, calibrate
+from imxrt.report import html as report_html
 from imxrt.report import placement
 from imxrt.targets import Target, get_target
 
@@ -79,10 +88,12 @@ class CompileResult:
     # Output-relative path -> bytes: the files the Neutron converter wrote, next to the .pte
     # (partition_<i>_kernel_selection.c), and the profiling maps (npu/partition_<i>.kernels.json).
     npu_files: dict[str, bytes] = field(default_factory=dict)
+    # ExecuTorch's ETRecord of this compile (model.etrecord: what Inspector maps an ETDump's events with)
+    etrecord: object | None = None
 
     def save(self, output: str | Path) -> None:
-        """Write ``model.pte``, ``report.json``, ``npu/partition_<i>.tflite`` and the converter's dumps into the
-        folder ``output``.
+        """Write ``model.pte``, ``report.json``, ``report.html``, ``npu/partition_<i>.tflite`` and the converter's
+        dumps into the folder ``output``.
 
         Everything goes into a temporary folder beside it first and is moved into place at the end: a
         failure leaves nothing half-written. A previous compile's ``npu/`` folder and kernel selection code
@@ -97,7 +108,10 @@ class CompileResult:
         staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the output folder is an ordinary one
         try:
             (staging / "model.pte").write_bytes(self.pte)
+            if self.etrecord is not None:
+                (staging / "model.etrecord").write_bytes(etrecord_bytes(self.etrecord))
             (staging / "report.json").write_text(json.dumps(self.report, indent=2, sort_keys=True) + "\n")
+            (staging / "report.html").write_text(report_html.render(self.report), encoding="utf-8")
             (staging / "npu").mkdir()
             for index, tflite in enumerate(self.partitions):
                 (staging / "npu" / f"partition_{index}.tflite").write_bytes(tflite)
@@ -166,12 +180,14 @@ def compile(
     npu_files = converter_dumps(edge)
     with _timed(seconds, "serialize"):
         planner = ImxrtMemoryPlanner()
-        pte = serialize(edge, planner)
+        program = to_executorch(edge, planner)
+        pte = bytes(program.buffer)
+    report["profiling"] = instruction_table(program, report["latency"])  # what imxrt run --etdump reads
     # The plan exists only once to_executorch has run; an over-budget program is an error, not an artifact.
     report["memory"] = memory_report(planner.plans, pte, target, options.sram_budget)
     check_sram_budget(report["memory"])
     return CompileResult(pte=pte, partitions=partitions, report=report, stage_seconds=seconds, quantized=quantized,
-                         npu_files=npu_files)
+                         npu_files=npu_files, etrecord=program.get_etrecord())
 
 
 _CONVERTER_OPTIONS = {"fetch_constants_to_sram": "--fetch-constants-to-sram",
@@ -298,22 +314,30 @@ def lower(
         quantized,
         compile_config=EdgeCompileConfig(_check_ir_validity=False, preserve_ops=keep,
                                          _core_aten_ops_exception_list=keep),
+        generate_etrecord=True,  # records the edge graph every debug handle names, before partitioning
     ).transform([pass_type() for pass_type in EDGE_PASSES])
     if target.npu is not None:
         partitioner = NpuPartitioner(target, options.neutron_compiler, placement_log)
         partitioner.delegation_spec.compile_specs.extend(converter_compile_specs(options.converter))
         edge = edge.to_backend(partitioner)
     stamp_delegate_ids(edge)
-    return lower_to_cortex_m(edge, target.cpu.isa, placement_log)
+    lowered = lower_to_cortex_m(edge, target.cpu.isa, placement_log)
+    lowered._etrecord = edge._etrecord  # a new manager: carry the record on, as ExecuTorch's own stages do
+    return lowered
 
 
 def serialize(edge: EdgeProgramManager, memory_planner: ImxrtMemoryPlanner | None = None) -> bytes:
+    """The ``.pte`` bytes of ``to_executorch``."""
+    return bytes(to_executorch(edge, memory_planner).buffer)
+
+
+def to_executorch(edge: EdgeProgramManager, memory_planner: ImxrtMemoryPlanner | None = None
+                  ) -> ExecutorchProgramManager:
     """Memory planning (ExecuTorch's pass with our placement, ``memory.planning``) and flatbuffer
     serialization with ExecuTorch's own ``to_executorch``."""
     # The out variants of quantize/dequantize (the model-I/O conversions on the CPU) are registered with
     # torch by this import; to_executorch needs them to emit the kernel calls.
     import executorch.kernels.quantized  # noqa: F401
     planning = memory_planning_pass(memory_planner or ImxrtMemoryPlanner())
-    program = edge.to_executorch(ExecutorchBackendConfig(extract_delegate_segments=True,
-                                                         memory_planning_pass=planning))
-    return bytes(program.buffer)
+    return edge.to_executorch(ExecutorchBackendConfig(extract_delegate_segments=True,
+                                                      memory_planning_pass=planning))

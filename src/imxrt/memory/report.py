@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from executorch.exir import schema
 
+from imxrt.memory.lifetimes import Buffer
 from imxrt.memory.planning import MemoryPlan
 from imxrt.npu import payload
 from imxrt.runtime.program import ProgramFile, read_program
@@ -85,7 +86,15 @@ def _memory_entry(plan: MemoryPlan) -> dict:
         "peak_step": plan.bound.step,
         "peak_tensors": [{"name": by_index[i].name, "bytes": by_index[i].nbytes, "role": by_index[i].role}
                          for i in plan.bound.live[:PEAK_TENSORS]],
+        "buffers": [_buffer_entry(b, plan.chosen.offsets[b.index], by_index) for b in plan.buffers],
     }
+
+
+def _buffer_entry(b: Buffer, offset: int, by_index: dict[int, Buffer]) -> dict:
+    """One planned tensor for the memory timeline: its bytes at ``offset`` from step ``first`` to ``last``
+    (inclusive); a tensor living inside another's storage names it (``view_of``)."""
+    return {"name": b.name, "role": b.role, "dtype": b.dtype, "bytes": b.nbytes, "offset": offset,
+            "first": b.first, "last": b.last, "view_of": by_index[b.base].name if b.base is not None else None}
 
 
 def memory_report(plans: Sequence[MemoryPlan], pte: bytes, target: Target, sram_budget: int | None) -> dict:

@@ -5,9 +5,3 @@ the cost model, which ExecuTorch's Inspector reads together.
 ``etrecord`` (ExecuTorch's ETRecord, as bytes), ``etdump`` (estimated profile events per instruction and
 per NPU kernel, in ExecuTorch's ETDump flatbuffer).
 """
-
-from imxrt.profiling.etdump import estimated_etdump
-from imxrt.profiling.etrecord import etrecord_bytes
-from imxrt.profiling.instructions import instruction_table
-
-__all__ = ["estimated_etdump", "etrecord_bytes", "instruction_table"]

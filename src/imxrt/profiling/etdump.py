@@ -16,14 +16,22 @@ own and are the gaps inside it. An eIQ microcode partition has no LiteRT ops to 
 
 from __future__ import annotations
 
+import json
+import os
 from fractions import Fraction
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from executorch.devtools.etdump.schema_flatcc import ETDumpFlatCC, Event, ProfileEvent, RunData
 from executorch.devtools.etdump.serialize import serialize_to_etdump_flatcc
 from executorch.exir import schema
 
+from imxrt.errors import BadFile
 from imxrt.npu import payload
 from imxrt.profiling.instructions import operator_name
+
+if TYPE_CHECKING:
+    from imxrt.runtime.program import ProgramFile
 
 RUN_NAME = "Execute"  # the event block ExecuTorch's runners record a method's execution under
 NS_PER_SECOND = 1_000_000_000
@@ -60,7 +68,7 @@ def _check(table: dict, plan: schema.ExecutionPlan) -> None:
     instructions = plan.chains[table["chain"]].instructions
     for row in table["instructions"]:
         index = row["instruction"]
-        call = instructions[index].instr_args if index < len(instructions) else None
+        call = instructions[index].instr_args if 0 <= index < len(instructions) else None
         if "delegate" in row:
             found = plan.delegates[call.delegate_index].id if isinstance(call, schema.DelegateCall) else None
             expected = row["delegate"]
@@ -117,3 +125,33 @@ def estimated_etdump(plan: schema.ExecutionPlan, delegate_data: list[bytes], rep
                   events=estimated_events(plan, delegate_data, report))
     data = serialize_to_etdump_flatcc(ETDumpFlatCC(version=0, run_data=[run]))
     return len(data).to_bytes(4, "little") + data
+
+
+def write_etdump(path: str | os.PathLike, program: ProgramFile, report_path: str | os.PathLike) -> None:
+    """Write the estimated ETDump of ``program`` to ``path``, timed by the ``report.json`` compiled with it.
+    The file appears whole (written aside, then renamed); a missing, unreadable or foreign report is a
+    ``BadFile``."""
+    report_path, path = Path(report_path), Path(path)
+    try:
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadFile(str(report_path), "no such file; the ETDump's times come from the report.json imxrt "
+                                        "compile wrote beside the .pte (or pass --report)") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise BadFile(str(report_path), f"is not readable JSON ({str(e).strip().splitlines()[0]})") from None
+    if not isinstance(report, dict) or "profiling" not in report or "latency" not in report:
+        raise BadFile(str(report_path), "has no latency estimate or instruction table; recompile with this "
+                                        "imxrt (imxrt compile)")
+    try:
+        data = estimated_etdump(program.plan, program.delegate_data, report)
+    except StaleReport as e:
+        raise BadFile(str(report_path), f"does not describe {program.name} ({e}); give the report compiled "
+                                        "with it") from None
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        partial.write_bytes(data)
+        os.replace(partial, path)
+    except OSError as e:
+        raise BadFile(str(path), f"cannot be written ({e.strerror})") from None
+    finally:
+        partial.unlink(missing_ok=True)

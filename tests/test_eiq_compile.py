@@ -239,9 +239,10 @@ def test_converter_options_without_the_sdk_are_refused_naming_the_flag():
                 CompileOptions(show_progress=False, neutron_profiling=True))
 
 
-def test_an_mlperf_tiny_model_compiles_to_microcode_from_the_command_line(sdk, tmp_path, capsys):
-    out = tmp_path / "ds_cnn"
-    status = main(["compile", str(EXAMPLES / "ds_cnn.py"), "-o", str(out), "--quiet", "--neutron-compiler", "eiq",
+@pytest.mark.parametrize("name", ["ds_cnn", "mobilenet_v1", "resnet8", "autoencoder"])
+def test_an_mlperf_tiny_model_compiles_to_microcode_from_the_command_line(name, sdk, tmp_path, capsys):
+    out = tmp_path / name
+    status = main(["compile", str(EXAMPLES / f"{name}.py"), "-o", str(out), "--quiet", "--neutron-compiler", "eiq",
                    "--calibration-samples", "2"])
     assert status == 0, capsys.readouterr().err
     calls = _delegate_calls((out / "model.pte").read_bytes())

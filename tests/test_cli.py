@@ -103,7 +103,7 @@ def test_compile_writes_pte_report_and_partition_and_says_it_calibrated_on_examp
     status = main(["compile", str(_write(tmp_path, TINY)), "--target", "imxrt700", "-o", str(out), "--quiet"])
     assert status == 0
     assert "calibrating on the example inputs" in caplog.text
-    assert sorted(p.name for p in out.iterdir()) == ["model.pte", "npu", "report.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["model.etrecord", "model.pte", "npu", "report.html", "report.json"]
     assert [p.name for p in (out / "npu").iterdir()] == ["partition_0.tflite"]
     report = json.loads((out / "report.json").read_text())
     assert report["summary"]["partitions"] == 1 and report["summary"]["npu_mac_fraction"] == 1.0

@@ -87,9 +87,12 @@ def quantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype):
     if input.dtype != torch.float32 or dtype != torch.int8:
         raise BadKernelArguments("quantize_per_tensor", f"quantizes float32 to int8, got {input.dtype} -> {dtype}")
     inverse_scale = np.float32(1.0) / np.float32(scale)
-    scaled = _numpy(input).astype(np.float32) * inverse_scale
-    q = np.rint(scaled).astype(np.int64) + int(zero_point)
-    return torch.from_numpy(np.clip(q, int(quant_min), int(quant_max)).astype(np.int8)).reshape(input.shape)
+    q = np.rint(_numpy(input) * inverse_scale)
+    # zp + q and the clamp in float32: exact wherever the sum can land inside [quant_min, quant_max]
+    # (|q| < 2**24), and beyond that both clamp to the same end
+    q += np.float32(zero_point)
+    np.minimum(np.maximum(q, np.float32(quant_min), out=q), np.float32(quant_max), out=q)
+    return torch.from_numpy(q.astype(np.int8)).reshape(input.shape)
 
 
 def dequantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype):

@@ -92,8 +92,8 @@ class CompileResult:
     etrecord: object | None = None
 
     def save(self, output: str | Path) -> None:
-        """Write ``model.pte``, ``report.json``, ``report.html``, ``npu/partition_<i>.tflite`` and the converter's
-        dumps into the folder ``output``.
+        """Write ``model.pte``, ``model.etrecord``, ``report.json``, ``report.html``, ``npu/partition_<i>.tflite``
+        and the converter's dumps into the folder ``output``.
 
         Everything goes into a temporary folder beside it first and is moved into place at the end: a
         failure leaves nothing half-written. A previous compile's ``npu/`` folder and kernel selection code

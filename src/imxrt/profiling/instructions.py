@@ -1,15 +1,17 @@
 """Which entry of the cost model each instruction of a program stands for: ``report.json``'s ``profiling``.
 
 The cost model (``perf/``) estimates the lowered edge graph, by node name and NPU partition;
-``to_executorch`` then emits one instruction per kernel or delegate call. Its emitter replaces each emitted
-node's ``debug_handle`` with the index of the instruction it became, which links the two. The table is
+``to_executorch`` then emits its graph in node order, one instruction per operator, free or delegate call
+and per view it does not elide (none for tuple reads and planned allocations). Following that order links
+each instruction to its node; the operator or delegate each instruction calls checks the link. The table is
 what ``imxrt run --etdump`` needs beside the ``.pte`` to lay the estimates out per instruction.
 """
 
 from __future__ import annotations
 
-from executorch.exir import ExecutorchProgramManager, schema
-from executorch.exir.lowered_backend_module import LoweredBackendModule
+import operator
+
+from executorch.exir import ExecutorchProgramManager, memory, schema
 
 CHAIN = 0  # programs have one chain; ExecuTorch's runtime records its index in every event
 
@@ -19,43 +21,50 @@ def operator_name(operator: schema.Operator) -> str:
     return f"{operator.name}.{operator.overload}" if operator.overload else operator.name
 
 
+def _emits_instruction(node) -> bool:
+    """Whether the emitter turns ``node`` into exactly one instruction. A static, planned view emits none
+    (the emitter elides it), but the caller cannot tell that from here: ``_VIEW`` is matched against the
+    chain. Control flow, which emits several, is not in these programs (export refuses it)."""
+    return node.op == "call_function" and node.target not in (operator.getitem, memory.alloc)
+
+
+_VIEW = "executorch_prim::et_view.default"  # what a view that is not elided calls
+
+
 def instruction_table(program: ExecutorchProgramManager, latency: dict) -> dict:
     """``{"chain": 0, "instructions": [...]}``: per instruction of the chain that calls a kernel or a
     delegate, its operator (or delegate id) and the ``latency`` entry that estimates it: ``node`` (an op of
     ``latency["ops"]`` on the CPU) or ``partition`` (an index of ``latency["partitions"]``); instructions the
-    cost model has no entry for (zero-cost views) name neither.
+    cost model has no entry for name neither.
 
-    Invariant: every CPU op and every partition of ``latency`` is one instruction."""
+    Invariant: every CPU op the cost model gives time and every partition is one instruction."""
     plan = program.executorch_program.execution_plan[0]
     instructions = plan.chains[CHAIN].instructions
     cpu_ops = {op["name"] for op in latency["ops"] if op["device"] == "cpu"}
     graph_module = program.exported_program().graph_module
-    rows: dict[int, dict] = {}
-    partitions = 0
-    for node in graph_module.graph.nodes:
-        delegate = node.op == "call_function" and getattr(node.target, "__name__", "") == "executorch_call_delegate"
-        if not delegate and node.name not in cpu_ops:
-            continue
-        index = node.meta.get("debug_handle")  # the emitter's instruction index for emitted nodes
-        assert isinstance(index, int) and 0 <= index < len(instructions) and index not in rows, (node.name, index)
-        call = instructions[index].instr_args
-        if delegate:
-            module = getattr(graph_module, node.args[0].target)
-            assert isinstance(module, LoweredBackendModule) and isinstance(call, schema.DelegateCall), node.name
-            backend = plan.delegates[call.delegate_index].id
-            rows[index] = {"instruction": index, "delegate": backend, "partition": partitions}
+    rows, mapped, partitions, index = [], set(), 0, 0
+    for node in filter(_emits_instruction, graph_module.graph.nodes):
+        call = instructions[index].instr_args if index < len(instructions) else None
+        if isinstance(call, schema.DelegateCall):
+            assert getattr(node.target, "__name__", "") == "executorch_call_delegate", (index, node.name)
+            rows.append({"instruction": index, "delegate": plan.delegates[call.delegate_index].id,
+                         "partition": partitions})
             partitions += 1
-        else:
-            assert isinstance(call, schema.KernelCall), node.name
+        elif isinstance(call, schema.KernelCall):
             name = operator_name(plan.operators[call.op_index])
-            expected = node.target.name() if hasattr(node.target, "name") else str(node.target)
-            assert name == expected, (node.name, name, expected)
-            rows[index] = {"instruction": index, "op": name, "node": node.name}
-    for index, instruction in enumerate(instructions):
-        call = instruction.instr_args
-        if index not in rows and isinstance(call, schema.KernelCall):
-            rows[index] = {"instruction": index, "op": operator_name(plan.operators[call.op_index])}
-    mapped = {row["node"] for row in rows.values() if "node" in row}
-    assert mapped == cpu_ops, f"CPU ops without an instruction: {sorted(cpu_ops - mapped)}"
+            if node.target is memory.view and name != _VIEW:
+                continue  # elided: the next node takes this instruction
+            assert node.target is memory.view or node.target.name() == name, (index, node.name, name)
+            row = {"instruction": index, "op": name}
+            if node.name in cpu_ops:
+                row["node"] = node.name
+                mapped.add(node.name)
+            rows.append(row)
+        elif node.target is memory.view:
+            continue
+        index += 1
+    assert index == len(instructions), (index, len(instructions))
+    timed = {op["name"] for op in latency["ops"] if op["device"] == "cpu" and op["cycles"]}
+    assert timed <= mapped, f"CPU ops without an instruction: {sorted(timed - mapped)}"
     assert partitions == len(latency["partitions"]), (partitions, len(latency["partitions"]))
-    return {"chain": CHAIN, "instructions": [rows[index] for index in sorted(rows)]}
+    return {"chain": CHAIN, "instructions": rows}

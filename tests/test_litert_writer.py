@@ -150,3 +150,32 @@ def test_exp_and_log_lower_for_litert_but_tflm_has_no_int8_kernel(fn, builtin):
     assert np.abs(got.astype(np.int32) - expected.astype(np.int32)).max() <= 1
     with pytest.raises(RuntimeError):
         run_tflm(subgraph, [x_q])
+
+
+class FoldsAway(nn.Module):
+    """conv -> pool -> flatten -> view back -> pool: the flatten and the view fold to no operator at all."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = F.max_pool2d(torch.relu(self.conv(x)), 2)
+        y = y.flatten(1).view(1, 8, 4, 4)
+        return F.avg_pool2d(y, 2)
+
+
+def test_a_chain_that_folds_to_nothing_keeps_its_nodes_in_the_profiling_map():
+    """Every delegated edge node's debug handle is on some LiteRT op, views that vanished included."""
+    torch.manual_seed(0)
+    q = quantize_and_capture(FoldsAway(), (torch.randn(1, 3, 8, 8),))
+    subgraph = lower_single(q)
+    (program,) = q.partitions
+    delegated = {n.meta["debug_handle"] for n in program.graph.nodes
+                 if n.op == "call_function" and n.meta.get("debug_handle") is not None
+                 and "quantize" not in n.target.__name__}
+    views = {n.meta["debug_handle"] for n in program.graph.nodes if n.op == "call_function"
+             and n.target.__name__ == "aten.view_copy.default"}
+    assert views, "the model must keep its views in the partition for this test to mean anything"
+    covered = {h for op in subgraph.ops for h in op.debug_handles}
+    assert delegated <= covered, sorted(delegated - covered)

@@ -47,6 +47,7 @@ def fold_data_movement(ctx: LoweringContext) -> None:
     replaced: dict[int, list[Operator]] = {}  # id(last op of a chain) -> its replacement plan
     skipped: set[int] = set()
     renamed: dict[int, Tensor] = {}  # a chain output that became its input
+    vanished: dict[int, set[int]] = {}  # id(tensor a vanished chain read) -> the chain's debug handles
     for chain in chains:
         if len(chain) < 2:
             continue
@@ -59,6 +60,10 @@ def fold_data_movement(ctx: LoweringContext) -> None:
             steps = [layout.Reshape(last_output.shape)]  # an output still needs an operator writing it
         if not steps:
             renamed[id(last_output)] = first_input
+            # the chain vanishes: the op that reads (or, at a graph output, writes) the tensor now stands for
+            # the chain's edge nodes, so every delegated node keeps a LiteRT op in the profiling map
+            vanished[id(first_input)] = vanished.get(id(first_input), set()) | {
+                h for op in chain for h in op.debug_handles}
         replaced[id(chain[-1])] = [first_input, last_output, steps, chain]
 
     if not replaced:
@@ -74,6 +79,18 @@ def fold_data_movement(ctx: LoweringContext) -> None:
             inputs = tuple(None if t is None else renamed.get(id(t), t) for t in op.inputs)
             graph.operators.append(replace(op, inputs=inputs) if inputs != op.inputs else op)
     graph.outputs = [renamed.get(id(t), t) for t in graph.outputs]
+    _carry_handles(graph, vanished)
+
+
+def _carry_handles(graph, vanished: dict[int, set[int]]) -> None:
+    """Give each vanished chain's debug handles to the ops reading its input, else to the op writing it."""
+    for tensor_id, handles in vanished.items():
+        readers = [i for i, op in enumerate(graph.operators) if any(t is not None and id(t) == tensor_id
+                                                                     for t in op.inputs)]
+        writers = [i for i, op in enumerate(graph.operators) if any(id(t) == tensor_id for t in op.outputs)]
+        for i in readers or writers:
+            op = graph.operators[i]
+            graph.operators[i] = replace(op, debug_handles=tuple(sorted(set(op.debug_handles) | handles)))
 
 
 def _step(op: Operator) -> layout.Step:

@@ -135,6 +135,8 @@ def test_delegates_hold_the_runtime_payload_mapped_onto_the_program_tensors(sdk)
     (partition,) = result.report["partitions"]
     assert (partition["payload"], partition["payload_version"]) == ("microcode", 0)
     assert summary_lines(result.report)[0] == "target imxrt700 (Neutron compiler: eiq; delegates hold device microcode)"
+    # the memory report counts the scratch the microcode header asks the runtime for (4096 in the test double)
+    assert result.report["memory"]["npu_scratch_bytes"] == [payload.header.scratch_bytes] == [4096]
     assert _compile(_seeded(TwoInTwoOut), _inputs()).pte == result.pte, "two compiles in one process differ"
 
 

@@ -16,7 +16,7 @@ from executorch.exir import schema
 
 from imxrt.memory.lifetimes import Buffer
 from imxrt.memory.planning import MemoryPlan
-from imxrt.npu import payload
+from imxrt.npu import microcode_payload, payload
 from imxrt.runtime.program import ProgramFile, read_program
 from imxrt.targets import Target
 
@@ -63,11 +63,19 @@ def method_allocator_bytes(program: ProgramFile) -> int:
 
 
 def npu_scratch_bytes(program: ProgramFile) -> list[int]:
-    """Each NPU partition's scratch, as its Neutron compiler planned it (in delegate order)."""
+    """Each NPU partition's scratch, as its Neutron compiler planned it (in delegate order): the reference
+    payload's metadata, or the microcode header's scratch, profile and debug buffers (the runtime allocates
+    all three per inference)."""
     result = []
     for delegate in program.plan.delegates:
         blob = program.delegate_data[delegate.processed.index]
-        result.append(int(payload.unpack(blob).metadata.get("scratch_bytes", 0)) if payload.is_reference(blob) else 0)
+        if payload.is_reference(blob):
+            result.append(int(payload.unpack(blob).metadata.get("scratch_bytes", 0)))
+        elif microcode_payload.is_microcode_payload(blob):
+            header = microcode_payload.parse(blob).header
+            result.append(header.scratch_bytes + header.profile_bytes + header.debug_bytes)
+        else:
+            result.append(0)
     return result
 
 

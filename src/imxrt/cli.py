@@ -1,4 +1,4 @@
-"""The ``imxrt`` command: ``compile``, ``run``, ``report``, ``targets``. A user error prints one line, exit 1."""
+"""The ``imxrt`` command: compile, run, report, header, targets. A user error prints one line, exit 1."""
 
 from __future__ import annotations
 
@@ -52,12 +52,20 @@ def _parser() -> argparse.ArgumentParser:
     compile_.add_argument("--sram-budget", default=None, metavar="BYTES",
                           help="SRAM the program may use (e.g. 512K, 2M; default: the target's SRAM); "
                                "a plan over it is an error")
+    compile_.add_argument("--io", default="float", choices=("float", "int8"),
+                          help="model inputs and outputs: float (default; the program quantizes them) or int8 "
+                               "(the program takes and returns the int8 tensors, no float I/O in the arena)")
+    compile_.add_argument("--c-header", action="store_true",
+                          help="also write model_pte.h/.c: the program as a C array with its I/O and arena sizes")
     compile_.add_argument("--quiet", action="store_true", help="no progress bar or summary")
 
     run = commands.add_parser("run", help="run a compiled .pte on this computer, bit-exactly")
     run.add_argument("pte", type=Path, help="the program (e.g. out/model.pte)")
     run.add_argument("--input", action="append", default=[], type=Path, metavar="NPY",
                      help="a .npy file per program input, in order (repeat the flag)")
+    run.add_argument("--quantize-inputs", action="store_true",
+                     help="int8-input program: quantize float .npy inputs with each input's scale and zero point "
+                          "from report.json (out-of-range values saturate, with a warning)")
     run.add_argument("--output-dir", type=Path, default=None, help="write output_<i>.npy here")
     run.add_argument("--check-plan", action="store_true",
                      help="poison each planned tensor's bytes when its lifetime ends (catches bad memory plans)")
@@ -65,10 +73,19 @@ def _parser() -> argparse.ArgumentParser:
                      help="write an ETDump of this run with the cost model's estimated time per op and NPU kernel, "
                           "for ExecuTorch's Inspector with model.etrecord")
     run.add_argument("--report", type=Path, default=None, metavar="JSON",
-                     help="the report.json compiled with the .pte, for --etdump (default: beside the .pte)")
+                     help="the report.json compiled with the .pte, for --etdump and --quantize-inputs "
+                          "(default: beside the .pte)")
 
     report = commands.add_parser("report", help="write OUTDIR/report.html from OUTDIR/report.json")
     report.add_argument("outdir", type=Path, help="a folder imxrt compile wrote (e.g. out/)")
+
+    header = commands.add_parser("header", help="write a .pte as C source: NAME.h/NAME.c with its I/O and arena "
+                                                "sizes")
+    header.add_argument("pte", type=Path, help="the program (e.g. out/model.pte)")
+    header.add_argument("-o", "--output", type=Path, default=None, help="folder (default: beside the .pte)")
+    header.add_argument("--name", default="model_pte", help="C symbol and file name (default: model_pte)")
+    header.add_argument("--report", type=Path, default=None, metavar="JSON",
+                        help="the report.json compiled with the .pte (default: beside the .pte)")
 
     commands.add_parser("targets", help="list the targets")
     return parser
@@ -85,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             return _run(args)
         if args.command == "report":
             return _report(args)
+        if args.command == "header":
+            return _header(args)
         return _compile(args)
     except ImxrtError as e:
         print(f"imxrt: error: {e}", file=sys.stderr)
@@ -135,18 +154,20 @@ def _compile(args: argparse.Namespace) -> int:
         calibration_samples=args.calibration_samples,
         show_progress=not args.quiet,
         sram_budget=parse_bytes("--sram-budget", args.sram_budget),
+        io=args.io,
     )
     try:
         result = compile(source.model, source.example_inputs, target, source.calibration, options)
     except NeutronConverterFailed as e:  # keep the converter's input for a bug report
         kept = keep_failed_partition(e, args.output)
         raise NeutronConverterFailed(e.partition, f"{e.problem} (its .tflite is kept at {kept})", e.tflite) from e
-    result.save(args.output)
+    result.save(args.output, c_header=args.c_header)
     if not args.quiet:
         for line in summary_lines(result.report) + memory_lines(result.report["memory"]):
             print(line)
         dumps = f", {', '.join(sorted(result.npu_files))}" if result.npu_files else ""
-        print(f"wrote {args.output / 'model.pte'} ({len(result.pte):,} bytes), report.json, report.html, "
+        header = ", model_pte.h, model_pte.c" if args.c_header else ""
+        print(f"wrote {args.output / 'model.pte'} ({len(result.pte):,} bytes), report.json, report.html{header}, "
               f"{len(result.partitions)} partition .tflite{dumps}")
     return 0
 
@@ -166,20 +187,52 @@ def parse_bytes(option: str, text: str | None) -> int | None:
     return int(number) * _BYTE_SUFFIXES[suffix]
 
 
-def _report(args: argparse.Namespace) -> int:
+def read_report(path: Path, missing: str) -> dict:
+    """A report.json as a dict; ``missing`` says what to do when there is no such file."""
     import json
 
+    from imxrt.errors import BadFile
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadFile(str(path), f"no such file; {missing}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise BadFile(str(path), f"is not readable JSON ({str(e).strip().splitlines()[0]}); "
+                                 "recompile with imxrt compile") from None
+
+
+def read_io(path: Path) -> dict:
+    """``report["io"]`` of a report.json (the model inputs' and outputs' names, shapes, scales)."""
+    from imxrt.errors import BadFile
+
+    report = read_report(path, "give the report.json compiled with the .pte (--report)")
+    io = report.get("io") if isinstance(report, dict) else None
+    if not isinstance(io, dict) or not isinstance(io.get("inputs"), list) or not isinstance(io.get("outputs"), list):
+        raise BadFile(str(path), "has no model I/O description (io); recompile with this imxrt")
+    return io
+
+
+def _header(args: argparse.Namespace) -> int:
+    from imxrt import firmware
+    from imxrt.errors import BadFile
+
+    try:
+        pte = args.pte.read_bytes()
+    except OSError as e:
+        raise BadFile(str(args.pte), f"cannot be read ({e.strerror or e}); give the .pte imxrt compile wrote") from None
+    io = read_io(args.report or args.pte.parent / "report.json")
+    paths = firmware.write(args.output or args.pte.parent, pte, io, args.name)
+    print(f"wrote {paths[0]} and {paths[1]} ({len(pte):,} program bytes)")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
     from imxrt.errors import BadFile
     from imxrt.report.html import render
 
     path = args.outdir / "report.json"
-    try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BadFile(str(path), "no such file; give the folder imxrt compile -o wrote") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise BadFile(str(path), f"is not readable JSON ({str(e).strip().splitlines()[0]}); "
-                                 "recompile with imxrt compile") from None
+    report = read_report(path, "give the folder imxrt compile -o wrote")
     missing = [key for key in ("target", "neutron_compiler", "ops", "partitions", "summary")
                if not isinstance(report, dict) or key not in report]
     if missing:
@@ -216,6 +269,10 @@ def _run(args: argparse.Namespace) -> int:
             raise BadFile(str(path), "no such file") from None
         except (OSError, ValueError) as e:
             raise BadFile(str(path), f"is not a .npy array ({str(e).strip().splitlines()[0]})") from None
+    if args.quantize_inputs:
+        from imxrt.runtime.inputs import quantize_inputs
+
+        inputs = quantize_inputs(inputs, read_io(args.report or args.pte.parent / "report.json")["inputs"])
     program = load(args.pte, check_plan=args.check_plan)
     outputs = program.forward(*inputs)
     if args.etdump is not None:

@@ -29,6 +29,7 @@ from executorch.exir import (
 from torch.export import ExportedProgram
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
+from imxrt import firmware
 from imxrt.cpu.lowering import lower_to_cortex_m
 from imxrt.errors import BadModel, BadOption
 from imxrt.memory.budget import check_sram_budget, check_tensors_fit
@@ -44,6 +45,7 @@ from imxrt.npu.backend import (
 from imxrt.npu.compilers import eiq
 from imxrt.npu.partitioner import NpuPartitioner, PlacementLog, ops_to_keep_whole
 from imxrt.passes import EDGE_PASSES, run_aten_passes
+from imxrt.passes.int8_io import IO_CHOICES, make_io_int8
 from imxrt.profiling.etrecord import etrecord_bytes
 from imxrt.profiling.instructions import instruction_table
 from imxrt.quantization import ImxrtQuantizer, calibrate
@@ -68,6 +70,7 @@ class CompileOptions:
     dump_kernel_selection: bool = False  # write the converter's kernel selection C code next to the .pte
     neutron_profiling: bool = False  # profiling microcode + npu/partition_<i>.kernels.json (kernel -> edge ops)
     sram_budget: int | None = None  # bytes of SRAM the program may use; None: the target's SRAM
+    io: str = "float"  # "int8": the program takes and returns the int8 tensors (no float I/O is planned)
 
     @property
     def converter(self) -> eiq.ConverterOptions:
@@ -91,9 +94,15 @@ class CompileResult:
     # ExecuTorch's ETRecord of this compile (model.etrecord: what Inspector maps an ETDump's events with)
     etrecord: object | None = None
 
-    def save(self, output: str | Path) -> None:
+    @property
+    def io(self) -> dict:
+        """Each model input and output: name, shape, dtype, dim order, scale, zero point (``report["io"]``)."""
+        return self.report["io"]
+
+    def save(self, output: str | Path, c_header: bool = False) -> None:
         """Write ``model.pte``, ``model.etrecord``, ``report.json``, ``report.html``, ``npu/partition_<i>.tflite``
-        and the converter's dumps into the folder ``output``.
+        and the converter's dumps into the folder ``output`` (with ``c_header``, also ``model_pte.h``/``.c``:
+        the program as a C array, ``imxrt.firmware``).
 
         Everything goes into a temporary folder beside it first and is moved into place at the end: a
         failure leaves nothing half-written. A previous compile's ``npu/`` folder and kernel selection code
@@ -112,6 +121,10 @@ class CompileResult:
                 (staging / "model.etrecord").write_bytes(etrecord_bytes(self.etrecord))
             (staging / "report.json").write_text(json.dumps(self.report, indent=2, sort_keys=True) + "\n")
             (staging / "report.html").write_text(report_html.render(self.report), encoding="utf-8")
+            if c_header:
+                header, source = firmware.render(self.pte, self.io)
+                (staging / "model_pte.h").write_text(header, encoding="ascii")
+                (staging / "model_pte.c").write_text(source, encoding="ascii")
             (staging / "npu").mkdir()
             for index, tflite in enumerate(self.partitions):
                 (staging / "npu" / f"partition_{index}.tflite").write_bytes(tflite)
@@ -124,6 +137,8 @@ class CompileResult:
                 shutil.rmtree(output / "npu")
             for stale in output.glob(CONVERTER_DUMPS):
                 stale.unlink()
+            for stale in (output / "model_pte.h", output / "model_pte.c"):  # would describe another program
+                stale.unlink(missing_ok=True)
             for item in staging.iterdir():
                 os.replace(item, output / item.name)
         finally:
@@ -160,6 +175,8 @@ def compile(
     options = options or CompileOptions()
     target = get_target(target) if isinstance(target, str) else target
     options = resolve_neutron_compiler(options, target)
+    if options.io not in IO_CHOICES:
+        raise BadOption("--io", options.io, IO_CHOICES)
     if options.sram_budget is not None and (isinstance(options.sram_budget, bool) or
                                             not isinstance(options.sram_budget, int) or options.sram_budget < 1):
         raise BadOption("--sram-budget", options.sram_budget, "a positive number of bytes (e.g. 512K, 2M)")
@@ -322,6 +339,8 @@ def lower(
         edge = edge.to_backend(partitioner)
     stamp_delegate_ids(edge)
     lowered = lower_to_cortex_m(edge, target.cpu.isa, placement_log)
+    if options.io == "int8":
+        make_io_int8(lowered.exported_program())
     lowered._etrecord = edge._etrecord  # a new manager: carry the record on, as ExecuTorch's own stages do
     return lowered
 

@@ -20,6 +20,7 @@ from imxrt.npu.backend import DELEGATE_ID, delegate_info, payload_description
 from imxrt.npu.compilers.reference import litert_ops
 from imxrt.npu.partitioner import PlacementLog
 from imxrt.npu.support import op_name
+from imxrt.passes.int8_io import io_metadata
 from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
 from imxrt.perf import estimate_latency, latency_line
 from imxrt.targets import Target
@@ -85,6 +86,7 @@ def build_report(
         "neutron_compiler": neutron_compiler,
         "ops": ops,
         "partitions": partitions,
+        "io": io_metadata(edge.exported_program()),
         "summary": {
             "macs_total": macs_total,
             "macs_npu": macs_npu,

@@ -260,8 +260,11 @@ class Interpreter:
                 continue
             tensor = given if isinstance(given, torch.Tensor) else _from_numpy(given)
             if tuple(tensor.shape) != tuple(target.shape) or tensor.dtype != target.dtype:
+                hint = ("; it takes int8 data (compiled with --io int8): quantize it, or run it with "
+                        "imxrt run --quantize-inputs" if target.dtype == torch.int8 and tensor.dtype.is_floating_point
+                        else "")
                 raise BadInput(f"input {position}: the program expects {_describe(target)}, "
-                               f"got {_describe(tensor)}")
+                               f"got {_describe(tensor)}{hint}")
             target.copy_(tensor)
 
     def signature(self) -> str:

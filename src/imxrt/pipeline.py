@@ -47,7 +47,7 @@ from imxrt.npu.partitioner import NpuPartitioner, PlacementLog, ops_to_keep_whol
 from imxrt.passes import EDGE_PASSES, run_aten_passes
 from imxrt.passes.int8_io import IO_CHOICES, make_io_int8
 from imxrt.profiling.etrecord import etrecord_bytes
-from imxrt.profiling.instructions import instruction_table
+from imxrt.profiling.instructions import EDGE_NAME, instruction_table
 from imxrt.quantization import ImxrtQuantizer, calibrate
 from imxrt.report import html as report_html
 from imxrt.report import placement
@@ -357,6 +357,11 @@ def to_executorch(edge: EdgeProgramManager, memory_planner: ImxrtMemoryPlanner |
     # The out variants of quantize/dequantize (the model-I/O conversions on the CPU) are registered with
     # torch by this import; to_executorch needs them to emit the kernel calls.
     import executorch.kernels.quantized  # noqa: F401
+    # to_executorch's passes retrace the graph and name nodes afresh; the report (cost model, profiling)
+    # knows them by their edge names, kept here in the metadata the passes carry over.
+    for name in edge.methods:
+        for node in edge.exported_program(name).graph.nodes:
+            node.meta.setdefault(EDGE_NAME, node.name)
     planning = memory_planning_pass(memory_planner or ImxrtMemoryPlanner())
     return edge.to_executorch(ExecutorchBackendConfig(extract_delegate_segments=True,
                                                       memory_planning_pass=planning))

@@ -12,8 +12,6 @@ The removed conversions' scale and zero point stay on the nodes (``io_qparams``)
 
 from __future__ import annotations
 
-import re
-
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 from torch.export import ExportedProgram
@@ -86,27 +84,10 @@ def make_io_int8(program: ExportedProgram) -> None:
     for node in list(graph.nodes):
         if node.name in erased and not node.users:
             graph.erase_node(node)
-    _renumber(graph, {_base(name) for name in erased})
     for spec, value in zip(program.graph_signature.output_specs, values, strict=True):
         if isinstance(spec.arg, TensorArgument):
             spec.arg.name = value.name
     program.graph_module.recompile()
-
-
-def _base(name: str) -> str:
-    return re.sub(r"_\d+$", "", name)
-
-
-def _renumber(graph, bases: set[str]) -> None:
-    """Name the calls of each base left in the graph ``base``, ``base_1``, ... in graph order: the names
-    ``to_executorch``'s re-trace gives them, which the report's latency and profiling tables are keyed by."""
-    nodes = [n for n in graph.nodes if n.op == "call_function" and _base(n.name) in bases]
-    counts: dict[str, int] = {}
-    for node in nodes:
-        base = _base(node.name)
-        node.name = base if base not in counts else f"{base}_{counts[base]}"
-        counts[base] = counts.get(base, 0) + 1
-        graph._graph_namespace._used_names.add(node.name)  # never handed out again
 
 
 def io_metadata(program: ExportedProgram) -> dict:

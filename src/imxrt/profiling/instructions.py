@@ -14,6 +14,7 @@ import operator
 from executorch.exir import ExecutorchProgramManager, memory, schema
 
 CHAIN = 0  # programs have one chain; ExecuTorch's runtime records its index in every event
+EDGE_NAME = "imxrt_edge_name"  # node meta: the node's name in the lowered edge graph the report describes
 
 
 def operator_name(operator: schema.Operator) -> str:
@@ -56,9 +57,10 @@ def instruction_table(program: ExecutorchProgramManager, latency: dict) -> dict:
                 continue  # elided: the next node takes this instruction
             assert node.target is memory.view or node.target.name() == name, (index, node.name, name)
             row = {"instruction": index, "op": name}
-            if node.name in cpu_ops:
-                row["node"] = node.name
-                mapped.add(node.name)
+            edge_name = node.meta.get(EDGE_NAME, node.name)
+            if edge_name in cpu_ops:
+                row["node"] = edge_name
+                mapped.add(edge_name)
             rows.append(row)
         elif node.target is memory.view:
             continue

@@ -95,7 +95,7 @@ def test_random_bytes_behind_a_pte_identifier():
 def test_corrupted_bytes_load_cleanly_or_fail_with_bad_file(compiled):
     """Flipping bytes anywhere either leaves a loadable program or gives a BadFile, nothing else."""
     rng = random.Random(2)
-    for _ in range(40):
+    for _ in range(400):  # enough flips to hit dropped vectors and out-of-range enums, not just bad offsets
         data = bytearray(compiled)
         for _ in range(4):
             data[rng.randrange(8, len(data))] ^= 1 << rng.randrange(8)

@@ -12,6 +12,7 @@ import os
 import numpy as np
 import torch
 
+from imxrt.errors import BadFile, ImxrtError
 from imxrt.runtime.interpreter import Interpreter
 from imxrt.runtime.program import ProgramFile, read_program
 
@@ -43,4 +44,14 @@ class Program:
 def load(source: bytes | bytearray | str | os.PathLike, check_plan: bool = False) -> Program:
     """Load a ``.pte`` from its bytes or a path. ``check_plan`` poisons each planned tensor's bytes when
     its lifetime ends, so a memory plan with overlapping live tensors gives wrong outputs."""
-    return Program(read_program(source), check_plan=check_plan)
+    program = read_program(source)
+    try:
+        return Program(program, check_plan=check_plan)
+    except ImxrtError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError) as e:
+        # The structure checks passed, but a value is impossible (an enum out of range, a missing list):
+        # a damaged file, said as such rather than as a crash deep inside.
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise BadFile(program.name, f"is corrupted: a value cannot be prepared ({type(e).__name__}: {detail}); "
+                                    "compile the model again") from e

@@ -94,7 +94,10 @@ def read_program(source: bytes | bytearray | memoryview | str | os.PathLike) -> 
         raise BadFile(name, f"plans {sum(plan.non_const_buffer_sizes):,} bytes of memory, which no program for "
                             f"a microcontroller needs: the file is corrupted; {_FIX}")
     checked = ProgramFile(name, plan, constants, delegates)
-    _check_plan(checked)
+    try:
+        _check_plan(checked)
+    except (TypeError, ValueError, KeyError, IndexError) as e:  # a vector or value the reader gave as None
+        raise BadFile(name, f"is corrupted ({type(e).__name__}: {e}); {_FIX}") from e
     return checked
 
 
@@ -117,10 +120,10 @@ def _check_plan(program: ProgramFile) -> None:
     for value_index, value in enumerate(values):
         val = value.val
         if isinstance(val, (schema.TensorList, schema.IntList)):
-            for item in val.items:
+            for item in val.items or []:  # a damaged file can drop a vector: None
                 check_index(item, f"list value {value_index}")
         elif isinstance(val, schema.OptionalTensorList):
-            for item in val.items:
+            for item in val.items or []:
                 if item != -1:
                     check_index(item, f"list value {value_index}")
         elif isinstance(val, schema.Tensor):
@@ -131,11 +134,15 @@ def _check_plan(program: ProgramFile) -> None:
         if isinstance(args, schema.KernelCall):
             if not 0 <= args.op_index < len(plan.operators):
                 fail(f"{where} calls operator {args.op_index}, but the plan lists {len(plan.operators)}")
+            if args.args is None:
+                fail(f"{where} has no argument list")
             for index in args.args:
                 check_index(index, where)
         elif isinstance(args, schema.DelegateCall):
             if not 0 <= args.delegate_index < len(plan.delegates):
                 fail(f"{where} calls delegate {args.delegate_index}, but the plan lists {len(plan.delegates)}")
+            if args.args is None:
+                fail(f"{where} has no argument list")
             for index in args.args:
                 check_index(index, where)
         elif isinstance(args, schema.MoveCall):
@@ -152,6 +159,8 @@ def _check_plan(program: ProgramFile) -> None:
 
 
 def _check_tensor(program: ProgramFile, index: int, tensor: schema.Tensor, fail) -> None:
+    # A damaged file can drop a vector the reader then gives as None; an empty one is what rank 0 means.
+    tensor.sizes, tensor.dim_order = list(tensor.sizes or []), list(tensor.dim_order or [])
     if tensor.scalar_type not in ELEMENT_BYTES:
         fail(f"tensor value {index} has scalar type {tensor.scalar_type!r}, which the runtime cannot hold")
     if sorted(tensor.dim_order) != list(range(len(tensor.sizes))):

@@ -11,6 +11,7 @@ import importlib
 # Exports resolved on first use, so `imxrt targets` and `--help` do not pay for importing torch.
 _EXPORTS = {
     "compile": "imxrt.pipeline",
+    "evaluate": "imxrt.accuracy",
     "CompileOptions": "imxrt.pipeline",
     "CompileResult": "imxrt.pipeline",
     "ImxrtError": "imxrt.errors",

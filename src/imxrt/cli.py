@@ -30,7 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     compile_ = commands.add_parser("compile", help="compile a PyTorch model to an int8 .pte")
-    compile_.add_argument("source", help="a .py file defining model(), example_inputs() [, calibration_inputs()]"
+    compile_.add_argument("source", help="a .py file defining model(), example_inputs() [, calibration_inputs(), "
+                                         "evaluation_data()]"
                                          ", or package.module:function")
     compile_.add_argument("--target", default="imxrt700", help="target name (see `imxrt targets`)")
     compile_.add_argument("--isa", default=None,
@@ -161,9 +162,18 @@ def _compile(args: argparse.Namespace) -> int:
     except NeutronConverterFailed as e:  # keep the converter's input for a bug report
         kept = keep_failed_partition(e, args.output)
         raise NeutronConverterFailed(e.partition, f"{e.problem} (its .tflite is kept at {kept})", e.tflite) from e
+    accuracy = []
+    if source.evaluation is not None:  # the int8 program against the float model on the user's labels
+        from imxrt.accuracy import evaluate
+        from imxrt.runtime import load
+
+        report = evaluate(source.model, load(result.pte), source.evaluation, source.example_inputs,
+                          quantized=result.quantized)
+        result.report["accuracy"] = report.as_dict()
+        accuracy = report.lines()
     result.save(args.output, c_header=args.c_header)
     if not args.quiet:
-        for line in summary_lines(result.report) + memory_lines(result.report["memory"]):
+        for line in summary_lines(result.report) + memory_lines(result.report["memory"]) + accuracy:
             print(line)
         dumps = f", {', '.join(sorted(result.npu_files))}" if result.npu_files else ""
         header = ", model_pte.h, model_pte.c" if args.c_header else ""

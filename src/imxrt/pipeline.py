@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +27,8 @@ from executorch.exir import (
     to_edge,
 )
 from torch.export import ExportedProgram
-from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e import move_exported_model_to_eval, move_exported_model_to_train
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
 
 from imxrt import firmware
 from imxrt.cpu.lowering import lower_to_cortex_m
@@ -44,7 +45,7 @@ from imxrt.npu.backend import (
 )
 from imxrt.npu.compilers import eiq
 from imxrt.npu.partitioner import NpuPartitioner, PlacementLog, ops_to_keep_whole
-from imxrt.passes import EDGE_PASSES, run_aten_passes
+from imxrt.passes import ATEN_PASSES, EDGE_PASSES, FoldBatchNormPass, run_aten_passes
 from imxrt.passes.int8_io import IO_CHOICES, make_io_int8
 from imxrt.profiling.etrecord import etrecord_bytes
 from imxrt.profiling.instructions import EDGE_NAME, instruction_table
@@ -166,11 +167,16 @@ def compile(
     target: str | Target = "imxrt700",
     calibration: Iterable[Sequence[torch.Tensor]] | None = None,
     options: CompileOptions | None = None,
+    qat: Callable[[torch.fx.GraphModule], object] | None = None,
 ) -> CompileResult:
     """Compile a float ``model`` to an int8 ExecuTorch program for ``target``.
 
     ``calibration`` is an iterable of input tuples; without it the example inputs calibrate (and a warning
     says so, since one sample rarely gives representative ranges).
+
+    ``qat``: quantization-aware training instead of calibration. ``qat(module)`` fine-tunes the model
+    prepared with fake quantization (the same quantizer rules; conv+BN fused so BN stays trainable) in
+    place, like any ``nn.Module``; its observers then give the int8 qparams.
     """
     options = options or CompileOptions()
     target = get_target(target) if isinstance(target, str) else target
@@ -184,10 +190,15 @@ def compile(
     seconds: dict[str, float] = {}
     placement_log = PlacementLog()
 
+    if qat is not None and not callable(qat):
+        raise BadOption("qat", type(qat).__name__, "a function train_fn(prepared_module) that fine-tunes it")
     with _timed(seconds, "export"):
-        exported = export(model, example_inputs)
+        exported = export(model, example_inputs, training=qat is not None)
     with _timed(seconds, "quantize"):
-        quantized = quantize(exported, example_inputs, calibration, options, target)
+        if qat is not None:
+            quantized = quantize_qat(exported, example_inputs, qat, target)
+        else:
+            quantized = quantize(exported, example_inputs, calibration, options, target)
     with _timed(seconds, "lower"):
         edge = lower(quantized, target, options, placement_log)
     check_tensors_fit(edge.exported_program(), target)
@@ -277,10 +288,11 @@ def check_inputs(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor])
     return example_inputs
 
 
-def export(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...]) -> ExportedProgram:
-    """Capture the model with ``torch.export``; a model it cannot capture, or one with dynamic shapes,
-    is a ``BadModel`` naming the cause."""
-    model = model.eval()
+def export(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], training: bool = False
+           ) -> ExportedProgram:
+    """Capture the model with ``torch.export`` (``training``: in training mode, for QAT); a model it cannot
+    capture, or one with dynamic shapes, is a ``BadModel`` naming the cause."""
+    model = model.train() if training else model.eval()
     try:
         exported = torch.export.export(model, example_inputs, strict=False)
     except Exception as e:  # torch.export raises many types; the first line names the cause
@@ -313,6 +325,33 @@ def quantize(
     if options.calibration_samples is not None:
         calibration = itertools.islice(calibration, options.calibration_samples)
     calibrate(prepared, calibration, total=options.calibration_samples, show_progress=options.show_progress)
+    converted = convert_pt2e(prepared)
+    return torch.export.export(converted, example_inputs, strict=False)
+
+
+def quantize_qat(
+    exported: ExportedProgram,
+    example_inputs: tuple[torch.Tensor, ...],
+    train_fn: Callable[[torch.fx.GraphModule], object],
+    target: Target | None = None,
+) -> ExportedProgram:
+    """pt2e QAT with ``ImxrtQuantizer(qat=True)``: prepare the training-mode graph (pt2e fuses each
+    conv+BN so the fake-quantized weight is the folded one), ``train_fn`` fine-tunes it, convert folds
+    the BN; returns the re-exported int8 program, as ``quantize`` does."""
+    # The aten passes minus BN folding: BN must stay for QAT's conv+BN fusion, and BN folding needs
+    # eval-mode statistics a training graph does not have.
+    graph_module = exported.module(check_guards=False)
+    for pass_type in ATEN_PASSES:
+        if pass_type is not FoldBatchNormPass:
+            graph_module = pass_type()(graph_module).graph_module
+    prepared = prepare_qat_pt2e(graph_module, ImxrtQuantizer(target, qat=True))
+    move_exported_model_to_train(prepared)
+    try:
+        train_fn(prepared)
+    except Exception as e:  # user code: report it in one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise BadModel(f"the QAT train_fn raised {type(e).__name__}: {first}") from e
+    move_exported_model_to_eval(prepared)
     converted = convert_pt2e(prepared)
     return torch.export.export(converted, example_inputs, strict=False)
 

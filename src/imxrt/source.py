@@ -1,5 +1,6 @@
 """Model SOURCE loading: a Python file defining ``model()``, ``example_inputs()`` and optionally
-``calibration_inputs()``, or ``package.module:function`` returning ``(model, example_inputs[, calibration])``.
+``calibration_inputs()`` and ``evaluation_data()`` (labelled ``(inputs, label)`` pairs for the accuracy
+report), or ``package.module:function`` returning ``(model, example_inputs[, calibration])``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ class ModelSource:
     model: torch.nn.Module
     example_inputs: tuple[torch.Tensor, ...]
     calibration: Iterable[Sequence[torch.Tensor]] | None
+    evaluation: Iterable[tuple[Sequence[torch.Tensor], object]] | None = None
 
 
 def _first_line(e: BaseException) -> str:
@@ -79,7 +81,10 @@ def _load_file(source: str, path: Path) -> ModelSource:
     calibration = None
     if callable(getattr(module, "calibration_inputs", None)):
         calibration = _call(source, "calibration_inputs()", module.calibration_inputs)
-    return _checked(source, model, example_inputs, calibration)
+    checked = _checked(source, model, example_inputs, calibration)
+    if callable(getattr(module, "evaluation_data", None)):
+        checked.evaluation = _call(source, "evaluation_data()", module.evaluation_data)
+    return checked
 
 
 def _load_function(source: str) -> ModelSource:

@@ -29,4 +29,4 @@ def run_aten_passes(gm: GraphModule) -> GraphModule:
     return gm
 
 
-__all__ = ["ATEN_PASSES", "EDGE_PASSES", "run_aten_passes"]
+__all__ = ["ATEN_PASSES", "EDGE_PASSES", "FoldBatchNormPass", "run_aten_passes"]

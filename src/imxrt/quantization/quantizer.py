@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import (
     QuantizationAnnotation,
@@ -26,6 +27,9 @@ def _tensor_inputs(node: Node) -> list[Node]:
             if isinstance(candidate, Node) and _is_float_tensor(candidate) and candidate not in found:
                 found.append(candidate)
     return found
+
+
+_CONVS = (torch.ops.aten.conv1d.default, torch.ops.aten.conv2d.default)  # what pt2e's QAT conv+BN fusion folds
 
 
 def _is_float_tensor(node: Node) -> bool:
@@ -135,10 +139,27 @@ class ImxrtQuantizer(Quantizer):
     def _output_through_fused_activation(self, node: Node, act: QuantizationSpecBase) -> QuantizationSpecBase | None:
         """The output spec of an op whose kernel clamps its own output: none when a fusable activation
         follows (it is part of the kernel: observe only after it), else ``act``."""
+        bn = self._training_batch_norm(node) if self.qat else None
+        if bn is not None:
+            # QAT: the batch norm folds into the conv at convert (pt2e's conv+BN fusion), so it is part
+            # of the kernel like the activation: observe only after it (or after the activation it feeds).
+            inner = self._output_through_fused_activation(bn, act)
+            bn.meta[_ANNOTATION] = QuantizationAnnotation(input_qspec_map={}, output_qspec=inner, _annotated=True)
+            return None
         fused = self._fusable_user(node)
         if fused is None:
             return act
         fused.meta[_ANNOTATION] = QuantizationAnnotation(input_qspec_map={}, output_qspec=act, _annotated=True)
+        return None
+
+    @staticmethod
+    def _training_batch_norm(node: Node) -> Node | None:
+        users = list(node.users)
+        if node.target not in _CONVS:
+            return None
+        if (len(users) == 1 and users[0].target == torch.ops.aten.batch_norm.default and users[0].args[0] is node
+                and _ANNOTATION not in users[0].meta):
+            return users[0]
         return None
 
     @staticmethod

@@ -1,0 +1,132 @@
+"""Accuracy report and QAT on real data: scikit-learn's handwritten digits (examples/digits.py)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from compiled_examples import EXAMPLES
+from oracles import run_tflm, tflite_io
+
+import imxrt.runtime
+from imxrt.accuracy import evaluate
+from imxrt.cli import main
+from imxrt.errors import BadInput, BadModel
+from imxrt.pipeline import CompileOptions, compile
+from imxrt.source import import_file, load_source
+
+DIGITS = str(EXAMPLES / "digits.py")
+
+
+@functools.cache
+def digits():
+    return load_source(DIGITS)
+
+
+@functools.cache
+def digits_module():
+    return import_file(DIGITS, Path(DIGITS))
+
+
+@functools.cache
+def ptq():
+    source = digits()
+    return compile(source.model, source.example_inputs, "imxrt700", source.calibration,
+                   CompileOptions(show_progress=False))
+
+
+def _short_qat(module):
+    """A few QAT steps on the first training images: enough to move the fake-quant observers and weights."""
+    images, labels, _, _ = digits_module()._split()
+    optimizer = torch.optim.SGD(module.parameters(), lr=1e-3)
+    for start in range(0, 96, 32):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(module(images[start:start + 32]), labels[start:start + 32]).backward()
+        optimizer.step()
+    _short_qat.steps += 1
+
+
+_short_qat.steps = 0
+
+
+def test_ptq_int8_top1_is_within_one_point_of_float_on_the_held_out_digits():
+    source = digits()
+    report = evaluate(source.model, imxrt.runtime.load(ptq().pte), source.evaluation, source.example_inputs,
+                      quantized=ptq().quantized)
+    assert report.samples == 449
+    assert report.float_score > 0.95
+    assert abs(report.int8_score - report.float_score) <= 0.01
+    assert report.agreement >= 0.98
+    assert 25 < report.output_sqnr_db[0] < 80
+    # every conv block, the pooling and the classifier: conv+BN+ReLU observed after the ReLU
+    assert {"features.2", "features.5", "features.9", "classifier"} <= set(report.layer_sqnr_db)
+    assert all(v > 20 for v in report.layer_sqnr_db.values())
+    assert "int8" in report.lines()[0] and "agreement" in report.lines()[0]
+
+
+def test_a_user_metric_replaces_top1():
+    source = digits()
+    data = list(source.evaluation)[:20]
+
+    def always_half(output, label):
+        return 0.5
+
+    report = evaluate(source.model, imxrt.runtime.load(ptq().pte), data, source.example_inputs, metric=always_half)
+    assert (report.metric, report.float_score, report.int8_score) == ("always_half", 0.5, 0.5)
+
+
+@pytest.mark.parametrize("sample, problem", [
+    (((torch.zeros(1, 1, 4, 4),), 3), "shape"),
+    (((torch.zeros(1, 1, 8, 8),), 10), "label 10"),
+    (((torch.zeros(1, 1, 8, 8),), -1), "label -1"),
+    (((torch.zeros(1, 1, 8, 8),), 2.5), "label 2.5"),
+    ((torch.zeros(1, 1, 8, 8),), "pair"),
+])
+def test_evaluation_data_with_a_wrong_shape_or_label_is_a_clear_error(sample, problem):
+    source = digits()
+    with pytest.raises(BadInput, match=problem) as error:
+        evaluate(source.model, imxrt.runtime.load(ptq().pte), [sample], source.example_inputs)
+    assert "\n" not in str(error.value)
+
+
+def test_cli_prints_the_accuracy_and_writes_it_to_report_json(tmp_path, capsys):
+    assert main(["compile", DIGITS, "-o", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert "accuracy (449 samples, top-1): float" in printed and "output SQNR" in printed
+    accuracy = json.loads((tmp_path / "out" / "report.json").read_text())["accuracy"]
+    assert accuracy["samples"] == 449 and abs(accuracy["int8"] - accuracy["float"]) <= 0.01
+
+
+def test_qat_compiles_to_a_program_that_runs_bit_exactly_against_tflm():
+    source = digits()
+    before = _short_qat.steps
+    result = compile(digits().model, source.example_inputs, "imxrt700", options=CompileOptions(
+        show_progress=False, io="int8"), qat=_short_qat)
+    assert _short_qat.steps == before + 1
+    # BN folded into the conv weights at convert: no batch norm is left in the int8 program
+    targets = {str(n.target) for n in result.quantized.graph.nodes}
+    assert not any("batch_norm" in t for t in targets)
+    assert result.report["summary"]["partitions"] == len(result.partitions) == 1
+    program = imxrt.runtime.load(result.pte)
+    (shape, _, _, _), = tflite_io(result.partitions[0])[0]
+    images = [x for (x,), _ in list(source.evaluation)[:8]]
+    for image in images:
+        scale, zero_point = result.io["inputs"][0]["scale"], result.io["inputs"][0]["zero_point"]
+        q = np.clip(np.round(image.numpy() / scale) + zero_point, -128, 127).astype(np.int8)
+        got = program.forward(q)[0]
+        expected = run_tflm(result.partitions[0], [q.reshape(shape)])[0]
+        np.testing.assert_array_equal(np.asarray(got).reshape(expected.shape), expected)
+
+
+def test_a_qat_train_fn_that_raises_is_a_user_error():
+    def broken(module):
+        raise RuntimeError("out of data")
+
+    source = digits()
+    with pytest.raises(BadModel, match="train_fn raised RuntimeError: out of data"):
+        compile(source.model, source.example_inputs, "imxrt700", options=CompileOptions(show_progress=False),
+                qat=broken)

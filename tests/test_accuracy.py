@@ -130,3 +130,13 @@ def test_a_qat_train_fn_that_raises_is_a_user_error():
     with pytest.raises(BadModel, match="train_fn raised RuntimeError: out of data"):
         compile(source.model, source.example_inputs, "imxrt700", options=CompileOptions(show_progress=False),
                 qat=broken)
+
+
+@pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
+def test_the_recipe_with_a_train_fn_is_executorch_qat_with_the_same_rules(target):
+    from imxrt.recipes import recipe_for
+
+    recipe = recipe_for(target, train_fn=_short_qat).quantization_recipe
+    assert recipe.is_qat and recipe.train_fn is _short_qat and recipe.calibration_inputs_fn is None
+    assert recipe.quantizers and all(q.qat for q in recipe.quantizers)
+    assert not any(q.qat for q in recipe_for(target).quantization_recipe.quantizers)

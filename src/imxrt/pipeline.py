@@ -45,7 +45,7 @@ from imxrt.npu.backend import (
 )
 from imxrt.npu.compilers import eiq
 from imxrt.npu.partitioner import NpuPartitioner, PlacementLog, ops_to_keep_whole
-from imxrt.passes import ATEN_PASSES, EDGE_PASSES, FoldBatchNormPass, run_aten_passes
+from imxrt.passes import EDGE_PASSES, run_aten_passes
 from imxrt.passes.int8_io import IO_CHOICES, make_io_int8
 from imxrt.profiling.etrecord import etrecord_bytes
 from imxrt.profiling.instructions import EDGE_NAME, instruction_table
@@ -338,12 +338,7 @@ def quantize_qat(
     """pt2e QAT with ``ImxrtQuantizer(qat=True)``: prepare the training-mode graph (pt2e fuses each
     conv+BN so the fake-quantized weight is the folded one), ``train_fn`` fine-tunes it, convert folds
     the BN; returns the re-exported int8 program, as ``quantize`` does."""
-    # The aten passes minus BN folding: BN must stay for QAT's conv+BN fusion, and BN folding needs
-    # eval-mode statistics a training graph does not have.
-    graph_module = exported.module(check_guards=False)
-    for pass_type in ATEN_PASSES:
-        if pass_type is not FoldBatchNormPass:
-            graph_module = pass_type()(graph_module).graph_module
+    graph_module = run_aten_passes(exported.module(check_guards=False), fold_batch_norm=False)
     prepared = prepare_qat_pt2e(graph_module, ImxrtQuantizer(target, qat=True))
     move_exported_model_to_train(prepared)
     try:

@@ -41,6 +41,7 @@ from imxrt.quantization.rules import CPU_RULES, NPU_RULES
 from imxrt.targets import Target, get_target
 
 CalibrationFn = Callable[[], Iterable[Sequence[torch.Tensor]]]
+TrainFn = Callable[[torch.fx.GraphModule], object]  # fine-tunes the fake-quantized module in place (QAT)
 
 
 class NeutronRecipeType(RecipeType):
@@ -74,6 +75,10 @@ def _prepare_for_quantization(graph_module: torch.fx.GraphModule) -> torch.fx.Gr
     return run_aten_passes(_without_guards(graph_module))
 
 
+def _prepare_for_qat(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    return run_aten_passes(_without_guards(graph_module), fold_batch_norm=False)
+
+
 def _edge_passes(method_name: str, program) -> list:
     return [pass_type() for pass_type in EDGE_PASSES]
 
@@ -85,11 +90,17 @@ def _stamp_delegate_ids(edge: EdgeProgramManager) -> list:
 
 
 def _recipe(name: str, rule_table, calibration: CalibrationFn | None, shared_steps: bool,
-            partitioners=None, edge_manager_passes=None) -> ExportRecipe:
+            partitioners=None, edge_manager_passes=None, qat: TrainFn | bool | None = None) -> ExportRecipe:
+    """``qat``: the train_fn (QAT instead of calibration), or True on the side that does not own the shared
+    steps: ExecuTorch's ``combine`` requires every side to agree on ``is_qat`` and one to give train_fn."""
+    train_fn = qat if callable(qat) else None
+    prepare = _prepare_for_qat if qat else _prepare_for_quantization
     quantization = QuantizationRecipe(
-        quantizers=[ImxrtQuantizer(rule_table=rule_table)],
-        calibration_inputs_fn=calibration if shared_steps else None,
-        pre_prepare_passes=[_prepare_for_quantization] if shared_steps else None,
+        quantizers=[ImxrtQuantizer(rule_table=rule_table, qat=bool(qat))],
+        calibration_inputs_fn=calibration if shared_steps and not qat else None,
+        pre_prepare_passes=[prepare] if shared_steps else None,
+        is_qat=bool(qat),
+        train_fn=train_fn if shared_steps else None,
     )
     lowering = LoweringRecipe(
         partitioners=partitioners,
@@ -110,32 +121,34 @@ def _recipe(name: str, rule_table, calibration: CalibrationFn | None, shared_ste
 
 
 def neutron_recipe(target: Target, calibration: CalibrationFn | None = None, neutron_compiler: str = "reference",
-                   shared_steps: bool = True) -> ExportRecipe:
+                   shared_steps: bool = True, qat: TrainFn | bool | None = None) -> ExportRecipe:
     """The NPU side of ``target``: its rules, its partitioner, the ``NeutronBackend`` delegate id."""
     if target.npu is None:
         raise ValueError(f"target {target.name} has no NPU")
     return _recipe(f"{target.name}_neutron", NPU_RULES, calibration, shared_steps,
                    partitioners=[NpuPartitioner(target, neutron_compiler)],
-                   edge_manager_passes=[_stamp_delegate_ids])
+                   edge_manager_passes=[_stamp_delegate_ids], qat=qat)
 
 
 def cortex_m_recipe(target: Target, calibration: CalibrationFn | None = None,
-                    shared_steps: bool = True) -> ExportRecipe:
+                    shared_steps: bool = True, qat: TrainFn | bool | None = None) -> ExportRecipe:
     """The CPU side of ``target``: the Cortex-M's rules and the lowering for its CMSIS-NN path."""
     isa = target.cpu.isa
     return _recipe(f"{target.name}_cortex_m_{isa.value}", CPU_RULES, calibration, shared_steps,
-                   edge_manager_passes=[lambda edge: [LowerToCortexMPass(isa)]])
+                   edge_manager_passes=[lambda edge: [LowerToCortexMPass(isa)]], qat=qat)
 
 
 def recipe_for(target: str | Target = "imxrt700", isa: str | None = None, calibration: CalibrationFn | None = None,
-               neutron_compiler: str = "reference") -> ExportRecipe:
+               neutron_compiler: str = "reference", train_fn: TrainFn | None = None) -> ExportRecipe:
     """The recipe of a target (``imxrt targets`` lists them): with an NPU, the Neutron recipe composed with
-    the Cortex-M recipe by ``ExportRecipe.combine``; without, the Cortex-M recipe alone."""
+    the Cortex-M recipe by ``ExportRecipe.combine``; without, the Cortex-M recipe alone. With ``train_fn``,
+    QAT (``QuantizationRecipe(is_qat=True, train_fn=...)``) instead of calibration."""
     target = get_target(target, isa) if isinstance(target, str) else target
     if target.npu is None:
-        return cortex_m_recipe(target, calibration)
+        return cortex_m_recipe(target, calibration, qat=train_fn)
     return ExportRecipe.combine(
-        [neutron_recipe(target, calibration, neutron_compiler), cortex_m_recipe(target, shared_steps=False)],
+        [neutron_recipe(target, calibration, neutron_compiler, qat=train_fn),
+         cortex_m_recipe(target, shared_steps=False, qat=train_fn is not None)],
         recipe_name=target.name,
     )
 

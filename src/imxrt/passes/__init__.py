@@ -22,11 +22,14 @@ ATEN_PASSES = (RemoveNoOpsPass, FoldBatchNormPass, ConvertConv1dToConv2dPass, Co
 EDGE_PASSES = (RemoveIdentityAsStridedPass,)
 
 
-def run_aten_passes(gm: GraphModule) -> GraphModule:
-    """Apply ``ATEN_PASSES`` in order; each returns a ``PassResult``."""
+def run_aten_passes(gm: GraphModule, fold_batch_norm: bool = True) -> GraphModule:
+    """Apply ``ATEN_PASSES`` in order; each returns a ``PassResult``. QAT keeps its batch norms
+    (``fold_batch_norm=False``): pt2e's conv+BN fusion trains them, and convert folds them."""
     for pass_type in ATEN_PASSES:
+        if pass_type is FoldBatchNormPass and not fold_batch_norm:
+            continue
         gm = pass_type()(gm).graph_module
     return gm
 
 
-__all__ = ["ATEN_PASSES", "EDGE_PASSES", "FoldBatchNormPass", "run_aten_passes"]
+__all__ = ["ATEN_PASSES", "EDGE_PASSES", "run_aten_passes"]

@@ -409,6 +409,30 @@ def test_quantize_multiplies_by_the_float32_inverse_scale_and_rounds_ties_to_eve
     assert got.tolist() == [3, 5, 3, 127]
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_prepared_quantize_and_dequantize_equal_the_functional_ops(layout):
+    """The host runtime prepares both once on its arena views (any strides) and calls them again: every call
+    writes what the functional op returns, into the out tensor's own layout."""
+    from imxrt.cpu import ops_reference
+
+    memory_format = torch.contiguous_format if layout == "contiguous" else torch.channels_last
+    scale, zero_point = f32(0.043), -9
+    x = torch.randn(2, 3, 4, 5).to(memory_format=memory_format) * 3
+    q = torch.empty(2, 3, 4, 5, dtype=torch.int8).to(memory_format=memory_format)
+    back = torch.empty(2, 3, 4, 5).to(memory_format=memory_format)
+    quantize = ops_reference.prepare_quantize_per_tensor(x, scale, zero_point, -128, 127, torch.int8, out=q)
+    dequantize = ops_reference.prepare_dequantize_per_tensor(q, scale, zero_point, -128, 127, torch.int8, out=back)
+    for _ in range(2):
+        x.copy_(torch.randn(2, 3, 4, 5) * 3)
+        quantize(), dequantize()
+        want = cortex_m.quantize_per_tensor(x, scale, zero_point, -128, 127, torch.int8)
+        assert torch.equal(q, want) and q.stride() == x.stride()
+        assert torch.equal(back, cortex_m.dequantize_per_tensor(want, scale, zero_point, -128, 127, torch.int8))
+    with pytest.raises(BadKernelArguments, match=r"quantize_per_tensor.out: out is \(2, 3\) torch.int8"):
+        ops_reference.prepare_quantize_per_tensor(x, scale, zero_point, -128, 127, torch.int8,
+                                                  out=torch.empty(2, 3, dtype=torch.int8))
+
+
 def test_transpose_is_a_logical_permutation():
     x = rand_int8((2, 3, 4, 5), 16)
     np.testing.assert_array_equal(cortex_m.transpose(t(x), [0, 3, 1, 2]).numpy(), x.transpose(0, 3, 1, 2))

@@ -68,6 +68,9 @@ class CortexMOp:
     fake: Callable[..., torch.Tensor]
     reference: Callable[..., torch.Tensor]  # the logical result, any strides
     returns: str = "Tensor"
+    # The .out call prepared once on tensors that stay the same (the host runtime's arena views): takes the
+    # .out arguments, returns the call. Where there is none, each call runs ``reference``.
+    prepare: Callable[..., Callable[[], torch.Tensor]] | None = None
 
     @property
     def schema(self) -> str:
@@ -96,9 +99,9 @@ _MAX_POOL = ("Tensor input, int[] kernel_size, int[] stride, int[] padding, int[
 
 OPS: tuple[CortexMOp, ...] = (
     CortexMOp("quantize_per_tensor", _QUANTIZE, shapes.quantize_per_tensor, reference.quantize_per_tensor,
-              returns="(Tensor Z)"),
+              returns="(Tensor Z)", prepare=reference.prepare_quantize_per_tensor),
     CortexMOp("dequantize_per_tensor", _QUANTIZE, shapes.dequantize_per_tensor, reference.dequantize_per_tensor,
-              returns="(Tensor Z)"),
+              returns="(Tensor Z)", prepare=reference.prepare_dequantize_per_tensor),
     CortexMOp("quantized_add", "Tensor self, int self_zero_point, int self_multiplier, int self_shift, "
               "Tensor other, int other_zero_point, int other_multiplier, int other_shift, int output_zero_point, "
               "int output_multiplier, int output_shift, int activation_min, int activation_max",

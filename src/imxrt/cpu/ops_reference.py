@@ -82,24 +82,88 @@ def _output_hw(op, input: torch.Tensor, *args) -> tuple[int, int]:
 # --- quantize / dequantize (op_quantize_per_tensor.cpp, op_dequantize_per_tensor.cpp): float32 arithmetic
 
 
-def quantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype):
-    """q = clamp(zp + nearbyint(x * (1.0f / scale))): float32 product, ties to even."""
+def _check_quantize(input, dtype) -> None:
     if input.dtype != torch.float32 or dtype != torch.int8:
         raise BadKernelArguments("quantize_per_tensor", f"quantizes float32 to int8, got {input.dtype} -> {dtype}")
-    inverse_scale = np.float32(1.0) / np.float32(scale)
-    q = np.rint(_numpy(input) * inverse_scale)
-    # zp + q and the clamp in float32: exact wherever the sum can land inside [quant_min, quant_max]
-    # (|q| < 2**24), and beyond that both clamp to the same end
-    q += np.float32(zero_point)
-    np.minimum(np.maximum(q, np.float32(quant_min), out=q), np.float32(quant_max), out=q)
+
+
+def _quantize(x: np.ndarray, inverse_scale: np.float32, zero_point: np.float32, quant_min: np.float32,
+              quant_max: np.float32, work: np.ndarray) -> np.ndarray:
+    """``work`` (float32, x's shape) = clamp(zp + nearbyint(x * (1.0f / scale))): the float32 product, ties to
+    even; zp + q and the clamp in float32 too, exact wherever the sum can land inside [quant_min, quant_max]
+    (|q| < 2**24), and beyond that both clamp to the same end."""
+    np.multiply(x, inverse_scale, out=work)
+    np.rint(work, out=work)
+    np.add(work, zero_point, out=work)
+    np.maximum(work, quant_min, out=work)
+    return np.minimum(work, quant_max, out=work)
+
+
+def _quantize_constants(scale, zero_point, quant_min, quant_max) -> tuple[np.float32, ...]:
+    return (np.float32(1.0) / np.float32(scale), np.float32(zero_point), np.float32(quant_min),
+            np.float32(quant_max))
+
+
+def quantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype):
+    """q = clamp(zp + nearbyint(x * (1.0f / scale))): float32 product, ties to even."""
+    _check_quantize(input, dtype)
+    x = _numpy(input)
+    q = _quantize(x, *_quantize_constants(scale, zero_point, quant_min, quant_max), np.empty(x.shape, np.float32))
     return torch.from_numpy(q.astype(np.int8)).reshape(input.shape)
+
+
+def prepare_quantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype, *, out):
+    """``quantize_per_tensor.out`` on tensors that stay the same: the checks, constants and numpy views of
+    their bytes (any strides) are made once; a call is the arithmetic and one strided copy into ``out``."""
+    _check_quantize(input, dtype)
+    _check_out("quantize_per_tensor", input.shape, torch.int8, out)
+    source, target = input.detach().numpy(), out.detach().numpy()
+    constants = _quantize_constants(scale, zero_point, quant_min, quant_max)
+    work = np.empty(source.shape, np.float32)
+
+    def run():
+        np.copyto(target, _quantize(source, *constants, work), casting="unsafe")  # integral floats -> int8
+        return out
+    return run
 
 
 def dequantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype):
     """x = float(q - zp) * (float)scale, in float32."""
     _int8("dequantize_per_tensor", input)
-    centered = (_numpy(input).astype(np.int32) - int(zero_point)).astype(np.float32)
-    return torch.from_numpy(centered * np.float32(scale)).reshape(input.shape)
+    x = _numpy(input)
+    return torch.from_numpy(_dequantize(x, np.float32(zero_point), np.float32(scale),
+                                        np.empty(x.shape, np.float32))).reshape(input.shape)
+
+
+def _dequantize(q: np.ndarray, zero_point: np.float32, scale: np.float32, out: np.ndarray) -> np.ndarray:
+    """``out`` (float32) = float(q - zp) * scale; q - zp is an integer of at most 9 bits, exact in float32."""
+    np.subtract(q, zero_point, out=out, dtype=np.float32)
+    return np.multiply(out, scale, out=out)
+
+
+def prepare_dequantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype, *, out):
+    """``dequantize_per_tensor.out`` prepared once, as ``prepare_quantize_per_tensor``."""
+    _int8("dequantize_per_tensor", input)
+    _check_out("dequantize_per_tensor", input.shape, torch.float32, out)
+    source, target = input.detach().numpy(), out.detach().numpy()
+    zero_point, scale = np.float32(zero_point), np.float32(scale)
+    if target.flags.c_contiguous:
+        def run():
+            _dequantize(source, zero_point, scale, target)
+            return out
+        return run
+    work = np.empty(source.shape, np.float32)
+
+    def run_strided():
+        np.copyto(target, _dequantize(source, zero_point, scale, work))
+        return out
+    return run_strided
+
+
+def _check_out(op: str, shape, dtype, out) -> None:
+    if out.shape != shape or out.dtype != dtype:
+        raise BadKernelArguments(f"{op}.out", f"out is {tuple(out.shape)} {out.dtype}, the result "
+                                              f"{tuple(shape)} {dtype}")
 
 
 # --- elementwise

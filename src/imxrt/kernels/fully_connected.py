@@ -2,7 +2,9 @@
 
 FC:  acc[b, o] = bias[o] + sum_i w[o, i] * (q[b, i] - zp_in);  q_out = clamp(MBQM(acc, M[o], s[o]) + zp_out)
      per-channel M[o] = s_in * s_w[o] / s_out (double); per-tensor M = float(s_in * s_w) / s_out.
-     The zero point folds into the bias and the output stage is prepared once (see conv.py).
+     The zero point folds into the bias and the output stage is prepared once (see conv.py). Where the C
+     extension is built (``_native.c``), a layer runs there in one call: the same integer output stage, without
+     numpy's per-call cost, which is most of a small layer's time.
 BMM: acc = (a - zp_a) @ (b - zp_b);  M = s_a * s_b / s_out;  no activation.
 Sums are exact float matmuls (see conv.py).
 """
@@ -21,9 +23,18 @@ from imxrt.kernels.requantize import (
     OutputStage,
     multiply_by_quantized_multiplier,
     prepare_output_stage,
+    rounding_constants,
     to_int8,
 )
 from imxrt.kernels.scratch import Scratch
+
+try:
+    from imxrt.kernels import _native
+except ImportError:  # installed without a C compiler: the numpy path computes the same numbers, slower
+    _native = None
+
+NATIVE_MAX_DEPTH = 131072  # _native.c's int32 sums of int8 products stay exact up to 2**31 / 2**14 terms
+INT64_LIMIT = 1 << 63
 
 
 @dataclass(frozen=True)
@@ -33,29 +44,64 @@ class FullyConnectedParams:
     output_shape: tuple[int, ...]
     folded: bool = False  # the output stage's scale and offset are in ``weights``: [q, 1] @ weights = z
     scratch: Scratch = field(default_factory=Scratch, repr=False, compare=False)
+    native: object | None = field(default=None, repr=False, compare=False)  # _native.FullyConnected, when built
 
 
 def prepare_fully_connected(weights: np.ndarray, bias: np.ndarray | None, input_zero_point: int, multipliers,
-                            shifts, output_zero_point: int, act_min: int, act_max: int, output_shape
-                            ) -> FullyConnectedParams:
+                            shifts, output_zero_point: int, act_min: int, act_max: int, output_shape,
+                            native: bool = True) -> FullyConnectedParams:
     """``weights`` int8 [out, in]. The zero point folds into the bias, so the matmul reads raw int8:
     acc[b, o] = (bias[o] - zp_in * sum_i w[o, i]) + sum_i w[o, i] q[b, i]. When exact, the output stage's
     scale and offset fold into the weights too: one float64 matmul, then only the clamp (a small layer's
-    time is its number of numpy calls)."""
+    time is its number of numpy calls). ``native``: run in the C extension when it is built and the layer
+    fits it (``native_layer``); False keeps the numpy path."""
     out_features = weights.shape[0]
     by_channel = weights.astype(np.int64)
     low, high = accumulator_range(by_channel, *_input_range(input_zero_point))
     bias = np.zeros(out_features, np.int64) if bias is None else bias.astype(np.int64)
     folded = bias - int(input_zero_point) * by_channel.sum(axis=1)
     output = prepare_output_stage(multipliers, shifts, folded, low, high, output_zero_point, act_min, act_max)
+    layer = (native_layer(weights, folded, multipliers, shifts, low, high, output_zero_point, act_min, act_max)
+             if native else None)
     scaled = output.fold(by_channel.T) if isinstance(output, FloatOutputStage) else None
     if scaled is not None:
-        return FullyConnectedParams(np.ascontiguousarray(scaled), output, tuple(output_shape), folded=True)
+        return FullyConnectedParams(np.ascontiguousarray(scaled), output, tuple(output_shape), folded=True,
+                                    native=layer)
     return FullyConnectedParams(np.ascontiguousarray(by_channel.T.astype(_sum_dtype(low, high))), output,
-                                tuple(output_shape))
+                                tuple(output_shape), native=layer)
+
+
+def native_layer(weights: np.ndarray, bias: np.ndarray, multipliers, shifts, acc_min, acc_max,
+                 output_zero_point: int, act_min: int, act_max: int):
+    """The layer as ``_native.FullyConnected`` (int8 ``weights`` [out, in], ``bias`` with the input zero point
+    folded), or None when the extension is not built or the layer is outside what its integers hold: depth
+    past ``NATIVE_MAX_DEPTH``, or a value of the output stage, (acc + bias) M' + K for acc in
+    [acc_min, acc_max], reaching 2**63."""
+    depth = weights.shape[1]
+    if _native is None or not 1 <= depth <= NATIVE_MAX_DEPTH:
+        return None
+    channels = weights.shape[0]
+    multiplier, offset, tie_threshold, tie_step, total_shift = (
+        np.ascontiguousarray(np.broadcast_to(v, (channels,)), dtype=np.int64)
+        for v in rounding_constants(multipliers, shifts))
+    lows = np.broadcast_to(np.asarray(acc_min, dtype=np.int64), (channels,))
+    highs = np.broadcast_to(np.asarray(acc_max, dtype=np.int64), (channels,))
+    for channel in range(channels):
+        reach = max(abs(int(lows[channel]) + int(bias[channel])), abs(int(highs[channel]) + int(bias[channel])))
+        if reach * int(multiplier[channel]) + int(offset[channel]) + int(tie_step[channel]) >= INT64_LIMIT:
+            return None
+        if not 0 <= int(total_shift[channel]) <= 62:
+            return None
+    return _native.FullyConnected(np.ascontiguousarray(weights, dtype=np.int8), depth,
+                                  np.ascontiguousarray(bias, dtype=np.int64), multiplier, offset, tie_threshold,
+                                  tie_step, total_shift, int(output_zero_point), int(act_min), int(act_max))
 
 
 def fully_connected(x: np.ndarray, params: FullyConnectedParams) -> np.ndarray:
+    if params.native is not None:
+        out = np.empty(params.output_shape, np.int8)
+        params.native.run(np.ascontiguousarray(x, dtype=np.int8), out)
+        return out
     weights = params.weights
     if params.folded:
         rows = x.size // (weights.shape[0] - 1)
@@ -71,6 +117,14 @@ def fully_connected(x: np.ndarray, params: FullyConnectedParams) -> np.ndarray:
 def bind_fully_connected(params: FullyConnectedParams) -> Callable[[np.ndarray], np.ndarray]:
     """``fully_connected`` for the batch of ``params.output_shape``, with its buffers and views bound once:
     a small layer's time is its count of numpy calls plus the Python around them."""
+    if params.native is not None:
+        run_native, output_shape = params.native.run, params.output_shape
+
+        def run(x: np.ndarray) -> np.ndarray:
+            out = np.empty(output_shape, np.int8)  # a new array: results never live in a kept buffer
+            run_native(x if x.flags.c_contiguous else np.ascontiguousarray(x), out)
+            return out
+        return run
     if not params.folded:
         return functools.partial(fully_connected, params=params)
     weights, finish, output_shape = params.weights, params.output.finish, params.output_shape

@@ -141,8 +141,8 @@ class Interpreter:
             delegate = self.delegates[instruction.delegate_index]
             indices = tuple(instruction.args)
             if self.reassigned.isdisjoint(indices):
-                tensors = [self.values[index] for index in indices]
-                return lambda: delegate.run(tensors) or following
+                call = delegate.bind([self.values[index] for index in indices])
+                return lambda: call() or following
             values = self.values
             return lambda: delegate.run([values[index] for index in indices]) or following
         if isinstance(instruction, schema.MoveCall):
@@ -176,6 +176,8 @@ class Interpreter:
         moving = [(i, self.layouts[i]) for i in written if i in self.reassigned]  # whatever value is there now
         if self._static(indices):
             call = kernel.bind([self._resolve(self.values[index]) for index in indices])
+            if kernel.prepare is not None:
+                fixed = []  # a prepared call writes numpy views of the bytes: torch's strides stay as planned
         else:
             def call():
                 return kernel.call([self._resolve(values[index]) for index in indices])

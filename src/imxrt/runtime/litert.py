@@ -92,11 +92,20 @@ Evaluate = Callable[[list], list]  # operand arrays in operator order (None for 
 
 
 @dataclass(frozen=True)
+class BlasFree:
+    """What a preparer returns for an evaluation that calls no BLAS (a C kernel): a subgraph made only of
+    such steps runs without switching BLAS to one thread and back, which costs more than a small layer."""
+
+    evaluate: Evaluate
+
+
+@dataclass(frozen=True)
 class Step:
     op: str
     evaluate: Evaluate
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
+    uses_blas: bool = True
 
 
 class _Operator:
@@ -248,7 +257,7 @@ def _prepare_transpose_conv(op: _Operator) -> Evaluate:
     return lambda args: [conv.transpose_conv2d(args[TRANSPOSE_CONV_INPUT], params)]
 
 
-def _prepare_fully_connected(op: _Operator) -> Evaluate:
+def _prepare_fully_connected(op: _Operator) -> Evaluate | BlasFree:
     op.require_int8(FC_INPUT, FC_WEIGHTS)
     weights = op.constant(FC_WEIGHTS)  # [out, in]
     weight_scales = op.scales(FC_WEIGHTS)
@@ -262,7 +271,8 @@ def _prepare_fully_connected(op: _Operator) -> Evaluate:
         weights, _optional_bias(op, FC_BIAS), op.zero_point(FC_INPUT), multipliers, shifts,
         op.zero_point(OUTPUT, True), *op.fused(), op.shape(OUTPUT, True))
     run = fully_connected.bind_fully_connected(params)
-    return lambda args: [run(args[FC_INPUT])]
+    evaluate = lambda args: [run(args[FC_INPUT])]  # noqa: E731
+    return BlasFree(evaluate) if params.native is not None else evaluate
 
 
 def _prepare_batch_matmul(op: _Operator) -> Evaluate:
@@ -568,7 +578,7 @@ class LiteRTRunner:
             self._initial_values[index] = data
         self._program = [(step.evaluate, _gather(step.inputs), step.outputs[0] if len(step.outputs) == 1 else None,
                           step.outputs) for step in steps]
-        self._blas = single_threaded_blas()
+        self._blas = single_threaded_blas() if any(step.uses_blas for step in steps) else None
 
     @classmethod
     def from_bytes(cls, tflite: bytes) -> LiteRTRunner:
@@ -595,7 +605,10 @@ class LiteRTRunner:
             if prepare is None:
                 raise UnsupportedOperator(name, index)
             view = _Operator(model, graph, op, name, index)
-            steps.append(Step(name, prepare(view), tuple(view.inputs), tuple(view.outputs)))
+            evaluate = prepare(view)
+            blas_free = isinstance(evaluate, BlasFree)
+            steps.append(Step(name, evaluate.evaluate if blas_free else evaluate, tuple(view.inputs),
+                              tuple(view.outputs), uses_blas=not blas_free))
         input_indices = [int(i) for i in graph.inputs]
         output_indices = [int(i) for i in graph.outputs]
         return cls(steps, len(graph.tensors), constants, input_indices, output_indices,
@@ -614,18 +627,28 @@ class LiteRTRunner:
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         self._check(inputs)
+        return self.run_checked(inputs)
+
+    def run_checked(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """``run`` for inputs whose shapes and dtypes the caller has checked once for all calls."""
         values = self._initial_values.copy()
         for index, array in zip(self._input_indices, inputs, strict=True):
             values[index] = array
-        saved = self._blas.enter()
-        try:
-            for evaluate, gather, output, outputs in self._program:
-                results = evaluate(gather(values))
-                if output is not None:
-                    values[output] = results[0]
-                else:
-                    for index, result in zip(outputs, results, strict=True):
-                        values[index] = result
-        finally:
-            self._blas.leave(saved)
+        if self._blas is None:
+            self._evaluate(values)
+        else:
+            saved = self._blas.enter()
+            try:
+                self._evaluate(values)
+            finally:
+                self._blas.leave(saved)
         return [np.ascontiguousarray(values[i]) for i in self._output_indices]
+
+    def _evaluate(self, values: list) -> None:
+        for evaluate, gather, output, outputs in self._program:
+            results = evaluate(gather(values))
+            if output is not None:
+                values[output] = results[0]
+            else:
+                for index, result in zip(outputs, results, strict=True):
+                    values[index] = result

@@ -14,6 +14,7 @@ simulator) can run: it is refused with a message saying so, never misread as a r
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,33 +89,51 @@ class NeutronDelegate:
         return [first_output + entry.arg for entry in self.outputs]
 
     def run(self, args: list[torch.Tensor]) -> None:
+        """One delegate call on these tensors."""
+        self.bind(args)()
+
+    def bind(self, args: list[torch.Tensor]) -> Callable[[], None]:
+        """``run`` on tensors that stay the same objects from call to call (arena views): the checks and the
+        numpy views of their bytes are made once, so a call is the subgraph plus one copy per tensor (none
+        for an input whose planned bytes already are the subgraph's)."""
         first_output = len(args) - len(self.outputs)
-        feeds = [self._to_subgraph(args[entry.arg], entry) for entry in self.inputs]
-        results = self.runner.run(feeds)
-        for entry, result in zip(self.outputs, results, strict=True):
-            self._from_subgraph(result, args[first_output + entry.arg], entry)
+        feeds = [self._feed(args[entry.arg], entry) for entry in self.inputs]
+        targets = [self._target(args[first_output + entry.arg], entry) for entry in self.outputs]
+        for entry, spec in zip(self.inputs, self.runner.inputs, strict=True):
+            if tuple(entry.tflite_shape) != spec.shape or spec.dtype != np.int8:
+                raise BadFile(self.program_name, f"{self.name}: input {entry.name} is mapped as "
+                                                 f"{entry.tflite_shape} int8, its subgraph takes {spec.shape} "
+                                                 f"{spec.dtype}; the file is corrupted, recompile the model")
+        run_subgraph = self.runner.run_checked
+
+        def run() -> None:
+            results = run_subgraph([feed() for feed in feeds])
+            for (target, shape), result in zip(targets, results, strict=True):
+                np.copyto(target, result.reshape(shape))
+        return run
+
+    def _feed(self, tensor: torch.Tensor, entry: TensorMap) -> Callable[[], np.ndarray]:
+        self._check(tensor, entry)
+        array = tensor.numpy()
+        if entry.channels_last:
+            array = array.transpose(0, 2, 3, 1)
+        if array.flags.c_contiguous:
+            view = array.reshape(entry.tflite_shape)  # shares the planned bytes
+            return lambda: view
+        return lambda: np.ascontiguousarray(array).reshape(entry.tflite_shape)
+
+    def _target(self, tensor: torch.Tensor, entry: TensorMap) -> tuple[np.ndarray, tuple[int, ...]]:
+        """Where a result goes (a view with the arena's strides) and the shape to read the result in."""
+        self._check(tensor, entry)
+        target = tensor.numpy()
+        if entry.channels_last:
+            target = target.transpose(0, 2, 3, 1)
+        return target, target.shape
 
     def _check(self, tensor: torch.Tensor, entry: TensorMap) -> None:
         if tensor.shape != entry.shape or tensor.dtype != torch.int8:
             raise BadFile(self.program_name, f"{self.name}: tensor {entry.name} is {tuple(tensor.shape)} "
                                              f"{tensor.dtype}, its payload expects {entry.shape} int8")
-
-    def _to_subgraph(self, tensor: torch.Tensor, entry: TensorMap) -> np.ndarray:
-        """The tensor's planned bytes as the subgraph's input (a view, no copy, when they are in order)."""
-        self._check(tensor, entry)
-        array = tensor.numpy()  # with the arena view's strides (dim order)
-        if entry.channels_last:  # NCHW -> NHWC: no copy for a channels_last tensor, its bytes are NHWC
-            array = array.transpose(0, 2, 3, 1)
-        return np.ascontiguousarray(array).reshape(entry.tflite_shape)
-
-    def _from_subgraph(self, result: np.ndarray, tensor: torch.Tensor, entry: TensorMap) -> None:
-        self._check(tensor, entry)
-        target = tensor.numpy()  # copying into it honours the arena view's strides (dim order)
-        if entry.channels_last:
-            target = target.transpose(0, 2, 3, 1)
-            n, c, h, w = entry.shape
-            result = result.reshape(n, h, w, c)
-        np.copyto(target, result.reshape(target.shape))
 
 
 def _tensor_map(entry: dict) -> TensorMap:

@@ -65,6 +65,11 @@ SPECIAL: dict[str, Callable] = {
 # round trip into Python (about 10 us per call, most of a small model's quantize / dequantize).
 SPECIAL.update({f"cortex_m::{op.name}.out": cortex_m_ops.out_kernel(op) for op in cortex_m_ops.OPS})
 
+# Ops that can be prepared once for arguments that never change (``Kernel.bind``): the call is then only the
+# arithmetic on numpy views of the arena.
+PREPARED: dict[str, Callable] = {f"cortex_m::{op.name}.out": op.prepare for op in cortex_m_ops.OPS
+                                 if op.prepare is not None}
+
 # executorch_prim scalar ops (symbolic shape arithmetic) without a torch schema: plain Python operators.
 _SCALAR_OPS: dict[str, Callable] = {
     "executorch_prim::add.Scalar": operator.add,
@@ -112,9 +117,20 @@ class Kernel:
     arguments: tuple[Argument, ...]
     written: tuple[int, ...]  # positions (among the instruction's args) of the values the op writes
     stores_result: bool = False  # the op returns a new value (a view, a scalar) instead of writing an out
+    prepare: Callable | None = None  # (args, **kwargs) -> the call, for values that stay the same objects
 
     def bind(self, values: list[object]) -> Callable[[], object]:
-        """The call with these argument values, converted now, once."""
+        """The call with these argument values, converted now, once; prepared once where the op can be."""
+        args, kwargs = self._convert(values)
+        if self.prepare is not None:
+            return self.prepare(*args, **kwargs)
+        return functools.partial(self.fn, *args, **kwargs)
+
+    def call(self, values: list[object]) -> object:
+        args, kwargs = self._convert(values)
+        return self.fn(*args, **kwargs)
+
+    def _convert(self, values: list[object]) -> tuple[list, dict]:
         args, kwargs = [], {}
         for argument, value in zip(self.arguments, values, strict=False):
             value = argument.convert(value)
@@ -122,10 +138,7 @@ class Kernel:
                 kwargs[argument.name] = value
             else:
                 args.append(value)
-        return functools.partial(self.fn, *args, **kwargs)
-
-    def call(self, values: list[object]) -> object:
-        return self.bind(values)()
+        return args, kwargs
 
 
 def _identity(value):
@@ -179,4 +192,4 @@ def resolve(op: schema.Operator, program_name: str) -> Kernel:
                if (a.alias_info is not None and a.alias_info.is_write) or a.name in _SCRATCH_ARGUMENTS]
     if op_schema.returns:  # several returns are serialized as one list value
         written.append(len(op_schema.arguments))
-    return Kernel(name, SPECIAL.get(name, overload), arguments, tuple(written))
+    return Kernel(name, SPECIAL.get(name, overload), arguments, tuple(written), prepare=PREPARED.get(name))

@@ -126,6 +126,31 @@ def test_npu_scratch_is_each_partitions_own(tmp_path):
     assert result.report["memory"]["npu_scratch_bytes"] == expected and sum(expected) > 0
 
 
+
+def test_npu_scratch_is_the_lower_bound_of_the_partitions_intermediate_tensors():
+    """The reference compiler places the partition's intermediate tensors with the memory stage's planner:
+    for these blocks it reaches the most bytes live at one LiteRT op, computed here from the .tflite alone
+    (each tensor from its writer to its last reader, 16-byte aligned)."""
+    from ai_edge_litert import schema_py_generated as tfl
+
+    result = compile(_model(), INPUTS, "imxrt700", [INPUTS], CompileOptions(show_progress=False))
+    (tflite,) = result.partitions
+    graph = tfl.ModelT.InitFromPackedBuf(tflite, 0).subgraphs[0]
+    io = set(graph.inputs.tolist()) | set(graph.outputs.tolist())
+    lives = {}
+    for step, op in enumerate(graph.operators):
+        for t in op.outputs.tolist():
+            lives[t] = [step, step]
+        for t in op.inputs.tolist():
+            if t in lives:
+                lives[t][1] = step
+    size = {t: -(-int(np.prod(graph.tensors[t].shape)) // 16) * 16 for t in lives if t not in io}
+    bound = max(sum(n for t, n in size.items() if lives[t][0] <= step <= lives[t][1])
+                for step in range(len(graph.operators)))
+    (scratch,) = result.report["memory"]["npu_scratch_bytes"]
+    assert scratch == bound > 0
+
+
 SOURCE = textwrap.dedent("""
     import torch
     def model():

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from ai_edge_litert import schema_py_generated as tfl
 
+from imxrt.memory import planner
+from imxrt.memory.lifetimes import Buffer
 from imxrt.npu import payload
 from imxrt.targets import NeutronConfig
 
@@ -34,8 +36,9 @@ NEUTRON_LITERT_OPS = frozenset({
 
 
 def plan_scratch(tflite: bytes) -> int:
-    """Bytes of NPU scratch for the partition's intermediate tensors: first-fit placement of each tensor
-    over its live range [first writer, last reader] (inclusive), largest first."""
+    """Bytes of NPU scratch for the partition's intermediate tensors, each live over [first writer, last
+    reader] (inclusive): placed by the memory stage's planner (the smallest of its candidates), as the
+    CPU side's arena is."""
     model = tfl.ModelT.InitFromPackedBuf(tflite, 0)
     graph = model.subgraphs[0]
     io = set(graph.inputs.tolist()) | set(graph.outputs.tolist())
@@ -48,25 +51,19 @@ def plan_scratch(tflite: bytes) -> int:
         for t in (op.inputs.tolist() if op.inputs is not None else []):
             if t in first:
                 last[t] = step
-    buffers = model.buffers
-    sizes: dict[int, int] = {}
-    for t in first:
+    buffers = []
+    for t in sorted(first):
         tensor = graph.tensors[t]
-        if t in io or (tensor.buffer and buffers[tensor.buffer].data is not None):
+        if t in io or (tensor.buffer and model.buffers[tensor.buffer].data is not None):
             continue
         elements = int(np.prod(tensor.shape)) if tensor.shape is not None else 1
-        sizes[t] = payload.align(elements * _ITEM_BYTES.get(tensor.type, 4))
-    placed: list[tuple[int, int, int, int]] = []  # (offset, size, first step, last step)
-    peak = 0
-    for t in sorted(sizes, key=lambda t: (-sizes[t], t)):
-        offset = 0
-        for other_offset, other_size, other_first, other_last in sorted(placed):
-            overlaps_in_time = not (last[t] < other_first or other_last < first[t])
-            if overlaps_in_time and offset + sizes[t] > other_offset and other_offset + other_size > offset:
-                offset = other_offset + other_size
-        placed.append((offset, sizes[t], first[t], last[t]))
-        peak = max(peak, offset + sizes[t])
-    return peak
+        name = tensor.name.decode() if isinstance(tensor.name, bytes) else str(tensor.name)
+        buffers.append(Buffer(len(buffers), name, payload.align(elements * _ITEM_BYTES.get(tensor.type, 4)),
+                              first[t], last[t], memory_id=0))
+    if not buffers:
+        return 0
+    best, _ = planner.plan(buffers)
+    return best.size
 
 
 def litert_ops(tflite: bytes) -> list[str]:

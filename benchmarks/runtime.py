@@ -3,6 +3,7 @@
 Per model, inferences per second of:
 - imxrt: `imxrt.runtime.load(pte).forward(x)`, the whole program (input quantize, the NPU partition on the
   int8 kernel library, output dequantize) in its planned arena;
+- imxrt cpu: the same model compiled for imxrt700-cpu (every op a cortex_m kernel), run the same way;
 - TFLM: tflite-micro's Python interpreter on the partition's .tflite (int8 in, int8 out);
 - LiteRT BUILTIN_REF and LiteRT default (XNNPACK) on the same .tflite.
 Each interpreter is built once; the figure is the median of timed batches after a warm-up. The runners'
@@ -97,7 +98,7 @@ def main(argv=None) -> int:
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--seconds", type=float, default=2.0, help="timing budget per runner and model")
     args = parser.parse_args(argv)
-    names = ("imxrt", "TFLM", "LiteRT ref", "LiteRT default")
+    names = ("imxrt", "imxrt cpu", "TFLM", "LiteRT ref", "LiteRT default")
     print(f"{'model':14s} " + " ".join(f"{n:>15s}" for n in names) + "   (inferences/s; ratios imxrt/peer)")
     for name in args.models:
         source = load_source(str(EXAMPLES / f"{name}.py"))
@@ -105,8 +106,11 @@ def main(argv=None) -> int:
         result = compile(source.model, source.example_inputs, "imxrt700", calibration,
                          CompileOptions(show_progress=False))
         (tflite,) = result.partitions
+        cpu_result = compile(source.model, source.example_inputs, "imxrt700-cpu", calibration,
+                             CompileOptions(show_progress=False))
         x = source.example_inputs[0].numpy()
         program = imxrt.runtime.load(result.pte)
+        cpu_program = imxrt.runtime.load(cpu_result.pte)
         interpreter = Interpreter(model_content=tflite)
         detail = interpreter.get_input_details()[0]
         scale, zero_point = detail["quantization"]
@@ -115,11 +119,13 @@ def main(argv=None) -> int:
             feed = np.ascontiguousarray(feed.transpose(0, 2, 3, 1))
         rates = per_second({
             "imxrt": lambda program=program, x=x: program.forward(x),
+            "imxrt cpu": lambda program=cpu_program, x=x: program.forward(x),
             "TFLM": _tflm(tflite, feed),
             "LiteRT ref": _litert(tflite, feed, OpResolverType.BUILTIN_REF),
             "LiteRT default": _litert(tflite, feed, OpResolverType.AUTO),
         }, args.seconds)
-        ratios = ", ".join(f"{peer} {rates['imxrt'] / rates[peer]:.1f}x" for peer in names[1:])
+        ratios = ", ".join(f"{peer} {rates['imxrt'] / rates[peer]:.1f}x" for peer in names[2:])
+        ratios += "; cpu: " + ", ".join(f"{peer} {rates['imxrt cpu'] / rates[peer]:.1f}x" for peer in names[2:4])
         print(f"{name:14s} " + " ".join(f"{rates[n]:15.1f}" for n in names) + f"   {ratios}")
     return 0
 

@@ -244,6 +244,27 @@ def test_out_variant_writes_a_strided_arena_view():
         cortex_m.quantized_add.out(*args, out=torch.empty(1, 4, 3, 2, dtype=torch.int8))
 
 
+def test_out_variant_and_functional_op_compute_alike():
+    """The .out kernel (the reference, then a strided copy: the runtime's path for arguments that change
+    between calls) and the functional op (the prepared call) on a conv, a depthwise conv and a linear."""
+    x = nchw(rand_int8((1, 6, 5, 4), 1))
+    weight = t(rand_int8((6, 3, 3, 4), 2))  # OHWI
+    multipliers, shifts = t(np.full(6, 1 << 30, np.int32)), t(np.full(6, -9, np.int32))
+    cases = {
+        "quantized_conv2d": (x, weight, None, [1, 1], [1, 1], [1, 1], 3, -5, multipliers, shifts, -128, 127,
+                             SCRATCH),
+        "quantized_depthwise_conv2d": (x, t(rand_int8((1, 3, 3, 4), 3)), None, [2, 2], [1, 1], [1, 1], 1, 3, -5,
+                                       t(np.full(4, 1 << 30, np.int32)), t(np.full(4, -7, np.int32)), -128, 127,
+                                       SCRATCH),
+        "quantized_linear": (t(rand_int8((3, 8), 4)), t(rand_int8((5, 8), 5)), None, None, 7, 0, -2, [1 << 30],
+                             [-6], 127, -128),
+    }
+    for name, args in cases.items():
+        functional = getattr(cortex_m, name)(*args)
+        out = torch.empty_like(functional)
+        assert torch.equal(getattr(cortex_m, name).out(*args, out=out), functional), name
+
+
 def test_a_program_calling_cortex_m_ops_runs_on_the_host_runtime():
     """to_executorch serializes the .out variants (memory-planned, channels_last where the fakes say so);
     imxrt's runtime resolves them to the reference kernels and writes its arena views, plan checks on."""

@@ -71,6 +71,7 @@ class CortexMOp:
     # The .out call prepared once on tensors that stay the same (the host runtime's arena views): takes the
     # .out arguments, returns the call. Where there is none, each call runs ``reference``.
     prepare: Callable[..., Callable[[], torch.Tensor]] | None = None
+    data: tuple[int, ...] = (0,)  # argument positions whose values may change between calls (activations)
 
     @property
     def schema(self) -> str:
@@ -97,50 +98,64 @@ _AVG_POOL = ("Tensor input, int[] kernel_size, int[] stride, int[] padding, bool
 _MAX_POOL = ("Tensor input, int[] kernel_size, int[] stride, int[] padding, int[] dilation, bool ceil_mode, "
              "int input_zero_point, int output_zero_point, int activation_min, int activation_max")
 
+def _kernel_op(name: str, arguments: str, fake: Callable[..., torch.Tensor], kernel: Callable,
+               data: tuple[int, ...] = (0,), nchw: bool = False) -> CortexMOp:
+    """A row whose reference and prepared call come from one kernel factory (``ops_reference``); ``data``:
+    positions of the arguments that carry activations (the rest are constants)."""
+    return CortexMOp(name, arguments, fake, reference.functional(kernel, data, nchw),
+                     prepare=reference.prepared(kernel, data, nchw), data=data)
+
+
 OPS: tuple[CortexMOp, ...] = (
     CortexMOp("quantize_per_tensor", _QUANTIZE, shapes.quantize_per_tensor, reference.quantize_per_tensor,
               returns="(Tensor Z)", prepare=reference.prepare_quantize_per_tensor),
     CortexMOp("dequantize_per_tensor", _QUANTIZE, shapes.dequantize_per_tensor, reference.dequantize_per_tensor,
               returns="(Tensor Z)", prepare=reference.prepare_dequantize_per_tensor),
-    CortexMOp("quantized_add", "Tensor self, int self_zero_point, int self_multiplier, int self_shift, "
-              "Tensor other, int other_zero_point, int other_multiplier, int other_shift, int output_zero_point, "
-              "int output_multiplier, int output_shift, int activation_min, int activation_max",
-              shapes.quantized_add, reference.quantized_add),
-    CortexMOp("quantized_mul", "Tensor self, int self_zero_point, Tensor other, int other_zero_point, "
-              "int output_zero_point, int output_multiplier, int output_shift",
-              shapes.quantized_mul, reference.quantized_mul),
-    CortexMOp("quantized_div", "Tensor self, int self_zero_point, Tensor other, int other_zero_point, "
-              "int output_zero_point, float output_scale", shapes.quantized_div, reference.quantized_div),
-    CortexMOp("quantized_activation", "Tensor input, Tensor lut",
-              shapes.quantized_activation, reference.quantized_activation),
-    CortexMOp("minimum", "Tensor self, Tensor other", shapes.minimum, reference.minimum),
-    CortexMOp("maximum", "Tensor self, Tensor other", shapes.maximum, reference.maximum),
-    CortexMOp("quantized_linear", "Tensor input, Tensor weights, Tensor? bias, Tensor? kernel_sum, int input_offset, "
-              "int filter_offset, int output_offset, int[] requantize_multipliers, int[] requantize_shifts, "
-              "int activation_max, int activation_min", shapes.quantized_linear, reference.quantized_linear),
-    CortexMOp("softmax", "Tensor input, int dim, int input_zero_point, int output_zero_point, int input_multiplier, "
-              "int input_shift, int diff_min", shapes.softmax, reference.softmax),
-    CortexMOp("transpose", "Tensor input, int[] perm", shapes.transpose, reference.transpose),
-    CortexMOp("pad", "Tensor input, int[] pre_pad, int[] post_pad, int pad_value", shapes.pad, reference.pad),
-    CortexMOp("quantized_conv2d", _CONV, shapes.quantized_conv2d, reference.quantized_conv2d),
-    CortexMOp("quantized_conv2d_nhwc", _CONV, shapes.quantized_conv2d_nhwc, reference.quantized_conv2d_nhwc),
-    CortexMOp("quantized_depthwise_conv2d", _DEPTHWISE,
-              shapes.quantized_depthwise_conv2d, reference.quantized_depthwise_conv2d),
-    CortexMOp("quantized_depthwise_conv2d_nhwc", _DEPTHWISE,
-              shapes.quantized_depthwise_conv2d_nhwc, reference.quantized_depthwise_conv2d_nhwc),
-    CortexMOp("quantized_transpose_conv2d", _TRANSPOSE_CONV,
-              shapes.quantized_transpose_conv2d, reference.quantized_transpose_conv2d),
-    CortexMOp("quantized_transpose_conv2d_nhwc", _TRANSPOSE_CONV,
-              shapes.quantized_transpose_conv2d_nhwc, reference.quantized_transpose_conv2d_nhwc),
-    CortexMOp("quantized_avg_pool2d", _AVG_POOL, shapes.quantized_avg_pool2d, reference.quantized_avg_pool2d),
-    CortexMOp("quantized_avg_pool2d_nhwc", _AVG_POOL,
-              shapes.quantized_avg_pool2d_nhwc, reference.quantized_avg_pool2d_nhwc),
-    CortexMOp("quantized_max_pool2d", _MAX_POOL, shapes.quantized_max_pool2d, reference.quantized_max_pool2d),
-    CortexMOp("quantized_max_pool2d_nhwc", _MAX_POOL,
-              shapes.quantized_max_pool2d_nhwc, reference.quantized_max_pool2d_nhwc),
-    CortexMOp("quantized_batch_matmul", "Tensor lhs, int lhs_zero_point, Tensor rhs_transposed, int rhs_zero_point, "
-              "int output_zero_point, int output_multiplier, int output_shift, Tensor scratch",
-              shapes.quantized_batch_matmul, reference.quantized_batch_matmul),
+    _kernel_op("quantized_add", "Tensor self, int self_zero_point, int self_multiplier, int self_shift, "
+               "Tensor other, int other_zero_point, int other_multiplier, int other_shift, int output_zero_point, "
+               "int output_multiplier, int output_shift, int activation_min, int activation_max",
+               shapes.quantized_add, reference.quantized_add_kernel, data=(0, 4)),
+    _kernel_op("quantized_mul", "Tensor self, int self_zero_point, Tensor other, int other_zero_point, "
+               "int output_zero_point, int output_multiplier, int output_shift",
+               shapes.quantized_mul, reference.quantized_mul_kernel, data=(0, 2)),
+    _kernel_op("quantized_div", "Tensor self, int self_zero_point, Tensor other, int other_zero_point, "
+               "int output_zero_point, float output_scale", shapes.quantized_div, reference.quantized_div_kernel,
+               data=(0, 2)),
+    _kernel_op("quantized_activation", "Tensor input, Tensor lut",
+               shapes.quantized_activation, reference.quantized_activation_kernel),
+    _kernel_op("minimum", "Tensor self, Tensor other", shapes.minimum, reference.minimum_kernel, data=(0, 1)),
+    _kernel_op("maximum", "Tensor self, Tensor other", shapes.maximum, reference.maximum_kernel, data=(0, 1)),
+    _kernel_op("quantized_linear", "Tensor input, Tensor weights, Tensor? bias, Tensor? kernel_sum, "
+               "int input_offset, int filter_offset, int output_offset, int[] requantize_multipliers, "
+               "int[] requantize_shifts, int activation_max, int activation_min",
+               shapes.quantized_linear, reference.quantized_linear_kernel),
+    _kernel_op("softmax", "Tensor input, int dim, int input_zero_point, int output_zero_point, int input_multiplier, "
+               "int input_shift, int diff_min", shapes.softmax, reference.softmax_kernel),
+    _kernel_op("transpose", "Tensor input, int[] perm", shapes.transpose, reference.transpose_kernel),
+    _kernel_op("pad", "Tensor input, int[] pre_pad, int[] post_pad, int pad_value", shapes.pad,
+               reference.pad_kernel),
+    _kernel_op("quantized_conv2d", _CONV, shapes.quantized_conv2d, reference.quantized_conv2d_nhwc_kernel,
+               nchw=True),
+    _kernel_op("quantized_conv2d_nhwc", _CONV, shapes.quantized_conv2d_nhwc, reference.quantized_conv2d_nhwc_kernel),
+    _kernel_op("quantized_depthwise_conv2d", _DEPTHWISE, shapes.quantized_depthwise_conv2d,
+               reference.quantized_depthwise_conv2d_nhwc_kernel, nchw=True),
+    _kernel_op("quantized_depthwise_conv2d_nhwc", _DEPTHWISE, shapes.quantized_depthwise_conv2d_nhwc,
+               reference.quantized_depthwise_conv2d_nhwc_kernel),
+    _kernel_op("quantized_transpose_conv2d", _TRANSPOSE_CONV, shapes.quantized_transpose_conv2d,
+               reference.quantized_transpose_conv2d_nhwc_kernel, nchw=True),
+    _kernel_op("quantized_transpose_conv2d_nhwc", _TRANSPOSE_CONV, shapes.quantized_transpose_conv2d_nhwc,
+               reference.quantized_transpose_conv2d_nhwc_kernel),
+    _kernel_op("quantized_avg_pool2d", _AVG_POOL, shapes.quantized_avg_pool2d,
+               reference.quantized_avg_pool2d_nhwc_kernel, nchw=True),
+    _kernel_op("quantized_avg_pool2d_nhwc", _AVG_POOL, shapes.quantized_avg_pool2d_nhwc,
+               reference.quantized_avg_pool2d_nhwc_kernel),
+    _kernel_op("quantized_max_pool2d", _MAX_POOL, shapes.quantized_max_pool2d,
+               reference.quantized_max_pool2d_nhwc_kernel, nchw=True),
+    _kernel_op("quantized_max_pool2d_nhwc", _MAX_POOL, shapes.quantized_max_pool2d_nhwc,
+               reference.quantized_max_pool2d_nhwc_kernel),
+    _kernel_op("quantized_batch_matmul", "Tensor lhs, int lhs_zero_point, Tensor rhs_transposed, "
+               "int rhs_zero_point, int output_zero_point, int output_multiplier, int output_shift, Tensor scratch",
+               shapes.quantized_batch_matmul, reference.quantized_batch_matmul_kernel, data=(0, 2)),
 )
 
 
@@ -166,6 +181,14 @@ def _define(library: Library, schema: str) -> bool:
 
 
 def _functional_kernel(op: CortexMOp) -> Callable[..., torch.Tensor]:
+    """The functional op: the prepared call the host runtime makes (where the op has one) into a new tensor
+    with the fake's layout, so every functional test runs the runtime's path."""
+    if op.prepare is not None:
+        def run_prepared(*args):
+            out = op.fake(*args)
+            return op.prepare(*args, out=out)()
+        return run_prepared
+
     def run(*args):
         return op.fake(*args).copy_(op.reference(*args))
 

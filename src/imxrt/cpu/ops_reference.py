@@ -1,8 +1,12 @@
 """CPU reference implementations of the cortex_m ops: what ExecuTorch's Cortex-M kernels compute on the
 device (CMSIS-NN, double rounding), on imxrt's int8 kernel library.
 
-Each function takes the op's schema arguments (without ``out``) as torch values and returns the logical
-result; the op library copies it into ``out``, whatever its strides. Layout: non-``_nhwc`` ops see
+Each op is a kernel factory, ``<op>_kernel``: it takes the op's schema arguments (without ``out``) as torch
+values, checks them, converts the constant ones once, and returns the evaluation on the data arrays (the
+activations). ``functional`` makes the reference (one factory call, one evaluation, the logical result the
+op library copies into ``out``, whatever its strides); ``prepared`` the host runtime's call, factory once,
+evaluation per call into the arena's views. Quantize and dequantize are written out as both. Layout:
+non-``_nhwc`` ops see
 NCHW-logical tensors (channels_last in memory on the device), ``_nhwc`` ops NHWC-logical ones; the kernels
 work on NHWC numpy arrays, so the NCHW variants permute on the way in and out. Argument conventions
 (reference/cortex_m.md): conv family and linear take ``input_offset = -zp_in`` and ``output_offset = zp_out``;
@@ -13,6 +17,8 @@ Arguments the device kernel rejects raise ``BadKernelArguments``.
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -20,7 +26,7 @@ import torch
 from imxrt.cpu import ops_shapes
 from imxrt.errors import ImxrtError
 from imxrt.kernels import conv, elementwise, fully_connected, movement, pooling
-from imxrt.kernels import softmax as softmax_kernel
+from imxrt.kernels import softmax as softmax_fixed_point
 from imxrt.kernels.requantize import INT8_MAX, INT8_MIN, round_half_away
 
 SOFTMAX_OUTPUT_ZERO_POINT = -128  # arm_softmax_s8 writes on scale 1/256, zero point -128
@@ -36,11 +42,6 @@ class BadKernelArguments(ImxrtError):
 
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
     return tensor.detach().contiguous().numpy()
-
-
-def _nhwc(tensor: torch.Tensor) -> np.ndarray:
-    """An NCHW-logical tensor's values in NHWC order."""
-    return _numpy(tensor.permute(0, 2, 3, 1))
 
 
 def _from_nhwc(array: np.ndarray) -> torch.Tensor:
@@ -166,11 +167,62 @@ def _check_out(op: str, shape, dtype, out) -> None:
                                               f"{tuple(shape)} {dtype}")
 
 
+# --- the other ops: each a kernel factory. ``<op>_kernel(*args)`` checks the arguments, converts the
+# constant ones (weights, multipliers, tables) and fixes the shapes; the evaluation it returns takes the data
+# arrays (the tensors at the op's ``data`` positions; NHWC for the conv family) and returns the result. The
+# functional reference is one factory call and one evaluation; ``prepared`` makes the factory call once for
+# a kernel that is called again and again on the same tensors (the host runtime's arena views).
+
+Evaluate = Callable[..., np.ndarray]
+
+
+def functional(kernel: Callable[..., Evaluate], data: tuple[int, ...], nchw: bool = False
+               ) -> Callable[..., torch.Tensor]:
+    """The op's reference: its result for these arguments, as a tensor. ``nchw``: see ``prepared``."""
+
+    def reference(*args):
+        return torch.from_numpy(np.ascontiguousarray(kernel(*args)(*[_numpy(args[i]) for i in data])))
+
+    reference.__doc__ = kernel.__doc__
+    return _nchw_of(reference) if nchw else reference
+
+
+def prepared(kernel: Callable[..., Evaluate], data: tuple[int, ...], nchw: bool = False) -> Callable:
+    """The ``.out`` call prepared once: ``prepare(*args, out=out)`` runs ``kernel`` on the arguments (the ones
+    outside ``data`` must hold the same values at every call: constants) and returns a call that evaluates on
+    numpy views of the data tensors' bytes and writes into ``out``'s, whatever their strides. ``nchw``: the
+    op's tensors are NCHW-logical, its kernel takes and gives NHWC (the ``_nhwc`` twin's factory)."""
+
+    def prepare(*args, out):
+        if nchw:
+            args = (args[0].permute(0, 2, 3, 1), *args[1:])
+        evaluate = kernel(*args)
+        views = [_view(args[i]) for i in data]
+        target = _view(out.permute(0, 2, 3, 1) if nchw else out)
+
+        def run():
+            result = evaluate(*[np.ascontiguousarray(view) for view in views])
+            if result.shape != target.shape or result.dtype != target.dtype:
+                raise BadKernelArguments(f"{kernel.__name__.removesuffix('_kernel')}.out",
+                                         f"out is {target.shape} {target.dtype}, the result {result.shape} "
+                                         f"{result.dtype}")
+            np.copyto(target, result)
+            return out
+        return run
+    return prepare
+
+
+def _view(tensor: torch.Tensor) -> np.ndarray:
+    """The tensor's bytes as a numpy array of its logical shape (sharing memory, with its strides)."""
+    return tensor.detach().numpy()
+
+
 # --- elementwise
 
 
-def quantized_add(self, self_zero_point, self_multiplier, self_shift, other, other_zero_point, other_multiplier,
-                  other_shift, output_zero_point, output_multiplier, output_shift, activation_min, activation_max):
+def quantized_add_kernel(self, self_zero_point, self_multiplier, self_shift, other, other_zero_point,
+                         other_multiplier, other_shift, output_zero_point, output_multiplier, output_shift,
+                         activation_min, activation_max) -> Evaluate:
     """arm_elementwise_add_s8 with op_quantized_add.cpp's left_shift of 20 (``elementwise.ADD_LEFT_SHIFT``):
     v_i = requantize((q_i - zp_i) << 20, M_i, s_i);  q = clamp(requantize(v_1 + v_2, M, s) + zp_out)."""
     _int8("quantized_add", self, other)
@@ -178,19 +230,20 @@ def quantized_add(self, self_zero_point, self_multiplier, self_shift, other, oth
                                    int(other_zero_point), int(other_multiplier), int(other_shift),
                                    int(output_multiplier), int(output_shift), int(output_zero_point),
                                    int(activation_min), int(activation_max), subtract=False)
-    return torch.from_numpy(elementwise.add(_numpy(self), _numpy(other), params))
+    return functools.partial(elementwise.add, params=params)
 
 
-def quantized_mul(self, self_zero_point, other, other_zero_point, output_zero_point, output_multiplier,
-                  output_shift):
+def quantized_mul_kernel(self, self_zero_point, other, other_zero_point, output_zero_point, output_multiplier,
+                         output_shift) -> Evaluate:
     """arm_elementwise_mul_s8: q = clamp(requantize((q_1 - zp_1)(q_2 - zp_2)) + zp_out) over int8."""
     _int8("quantized_mul", self, other)
     params = elementwise.MulParams(int(self_zero_point), int(other_zero_point), int(output_multiplier),
                                    int(output_shift), int(output_zero_point), INT8_MIN, INT8_MAX)
-    return torch.from_numpy(elementwise.mul(_numpy(self), _numpy(other), params))
+    return functools.partial(elementwise.mul, params=params)
 
 
-def quantized_div(self, self_zero_point, other, other_zero_point, output_zero_point, output_scale):
+def quantized_div_kernel(self, self_zero_point, other, other_zero_point, output_zero_point, output_scale
+                         ) -> Evaluate:
     """op_quantized_div.cpp (CMSIS-NN has no division): in float32,
     q = clamp(round_half_away((float(q_1 - zp_1) / float(q_2 - zp_2)) * scale) + zp_out), 0 where q_2 = zp_2;
     ``output_scale`` is the effective s_1 / (s_2 s_out)."""
@@ -198,36 +251,45 @@ def quantized_div(self, self_zero_point, other, other_zero_point, output_zero_po
     if self.shape != other.shape:
         raise BadKernelArguments("quantized_div", f"needs equal shapes, got {tuple(self.shape)} and "
                                                   f"{tuple(other.shape)}")
-    numerator = (_numpy(self).astype(np.int32) - int(self_zero_point)).astype(np.float32)
-    denominator = (_numpy(other).astype(np.int32) - int(other_zero_point)).astype(np.float32)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        quotient = np.where(denominator != 0, numerator / denominator, np.float32(0.0)).astype(np.float32)
-    scaled = quotient * np.float32(output_scale)
-    q = round_half_away(scaled).astype(np.int64) + int(output_zero_point)
-    return torch.from_numpy(np.clip(q, INT8_MIN, INT8_MAX).astype(np.int8))
+    self_zero_point, other_zero_point, output_zero_point = int(self_zero_point), int(other_zero_point), \
+        int(output_zero_point)
+    scale = np.float32(output_scale)
+
+    def evaluate(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        numerator = (a.astype(np.int32) - self_zero_point).astype(np.float32)
+        denominator = (b.astype(np.int32) - other_zero_point).astype(np.float32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            quotient = np.where(denominator != 0, numerator / denominator, np.float32(0.0)).astype(np.float32)
+        q = round_half_away(quotient * scale).astype(np.int64) + output_zero_point
+        return np.clip(q, INT8_MIN, INT8_MAX).astype(np.int8)
+    return evaluate
 
 
-def quantized_activation(input, lut):
+def quantized_activation_kernel(input, lut) -> Evaluate:
     """out = lut[q + 128]."""
     _int8("quantized_activation", input, lut)
     if lut.numel() != 256:
         raise BadKernelArguments("quantized_activation", f"takes a 256-entry table, got {lut.numel()} entries")
-    return torch.from_numpy(_numpy(lut).reshape(256)[_numpy(input).astype(np.intp) + 128])
+    table = np.roll(_numpy(lut).reshape(256), -128)  # indexed by the byte: q & 0xFF
+
+    def evaluate(q: np.ndarray) -> np.ndarray:
+        return table[q.view(np.uint8)]
+    return evaluate
 
 
-def minimum(self, other):
-    return torch.from_numpy(elementwise.minimum(_numpy(self), _numpy(other)))
+def minimum_kernel(self, other) -> Evaluate:
+    return elementwise.minimum
 
 
-def maximum(self, other):
-    return torch.from_numpy(elementwise.maximum(_numpy(self), _numpy(other)))
+def maximum_kernel(self, other) -> Evaluate:
+    return elementwise.maximum
 
 
 # --- matrix products
 
 
-def quantized_linear(input, weights, bias, kernel_sum, input_offset, filter_offset, output_offset,
-                     requantize_multipliers, requantize_shifts, activation_max, activation_min):
+def quantized_linear_kernel(input, weights, bias, kernel_sum, input_offset, filter_offset, output_offset,
+                            requantize_multipliers, requantize_shifts, activation_max, activation_min) -> Evaluate:
     """arm_fully_connected_s8 per row of ``input``: acc = bias + sum_i w[o, i] (q[i] + input_offset)
     (DSP / scalar: ``bias``), or acc = kernel_sum[o] + sum_i w[o, i] q[i] (MVE: ``kernel_sum`` holds
     input_offset * sum_i w[o, i] + bias); q_out = clamp(requantize(acc) + output_offset). One multiplier is
@@ -249,24 +311,25 @@ def quantized_linear(input, weights, bias, kernel_sum, input_offset, filter_offs
     params = fully_connected.prepare_fully_connected(
         _numpy(weights), accumulator_base, input_zero_point, list(requantize_multipliers), list(requantize_shifts),
         int(output_offset), int(activation_min), int(activation_max), output_shape)
-    return torch.from_numpy(fully_connected.fully_connected(_numpy(input), params))
+    return fully_connected.bind_fully_connected(params)
 
 
-def quantized_batch_matmul(lhs, lhs_zero_point, rhs_transposed, rhs_zero_point, output_zero_point,
-                           output_multiplier, output_shift, scratch):
+def quantized_batch_matmul_kernel(lhs, lhs_zero_point, rhs_transposed, rhs_zero_point, output_zero_point,
+                                  output_multiplier, output_shift, scratch) -> Evaluate:
     """arm_batch_matmul_s8: acc = (lhs + lhs_offset) @ (rhs + rhs_offset), rhs given as [B, N, K]; the
     ``*_zero_point`` arguments are those offsets (negated zero points)."""
     _int8("quantized_batch_matmul", lhs, rhs_transposed)
     params = fully_connected.prepare_batch_matmul(
         lhs.shape[-1], -int(lhs_zero_point), -int(rhs_zero_point), adjoint_lhs=False, adjoint_rhs=True,
         multiplier=int(output_multiplier), shift=int(output_shift), output_zero_point=int(output_zero_point))
-    return torch.from_numpy(fully_connected.batch_matmul(_numpy(lhs), _numpy(rhs_transposed), params))
+    return functools.partial(fully_connected.batch_matmul, params=params)
 
 
 # --- softmax and data movement
 
 
-def softmax(input, dim, input_zero_point, output_zero_point, input_multiplier, input_shift, diff_min):
+def softmax_kernel(input, dim, input_zero_point, output_zero_point, input_multiplier, input_shift, diff_min
+                   ) -> Evaluate:
     """arm_softmax_s8 over the last dimension (the only one op_softmax.cpp accepts); output zero point -128.
     The input zero point cancels (softmax sees only q - max(row))."""
     _int8("softmax", input)
@@ -276,31 +339,32 @@ def softmax(input, dim, input_zero_point, output_zero_point, input_multiplier, i
     if int(output_zero_point) != SOFTMAX_OUTPUT_ZERO_POINT:
         raise BadKernelArguments("softmax", f"output zero point must be {SOFTMAX_OUTPUT_ZERO_POINT}, got "
                                             f"{output_zero_point}")
-    params = softmax_kernel.prepare_softmax_fixed_point(int(input_multiplier), int(input_shift), int(diff_min))
-    return torch.from_numpy(softmax_kernel.softmax(_numpy(input), params))
+    params = softmax_fixed_point.prepare_softmax_fixed_point(int(input_multiplier), int(input_shift), int(diff_min))
+    return functools.partial(softmax_fixed_point.softmax, params=params)
 
 
-def transpose(input, perm):
+def transpose_kernel(input, perm) -> Evaluate:
     """arm_transpose_s8 on the logical (contiguous) tensor, rank 1 to 4."""
     _int8("transpose", input)
-    return torch.from_numpy(movement.transpose(_numpy(input), tuple(int(p) for p in perm)))
+    return functools.partial(movement.transpose, perm=tuple(int(p) for p in perm))
 
 
-def pad(input, pre_pad, post_pad, pad_value):
+def pad_kernel(input, pre_pad, post_pad, pad_value) -> Evaluate:
     """arm_pad_s8: constant padding; the four pads are in memory order (ops_shapes.logical_padding)."""
     _int8("pad", input)
     if len(pre_pad) != 4 or len(post_pad) != 4:
         raise BadKernelArguments("pad", f"pre_pad and post_pad have 4 entries, got {len(pre_pad)} and "
                                         f"{len(post_pad)}")
     paddings = tuple(ops_shapes.logical_padding(input, pre_pad, post_pad))
-    return torch.from_numpy(movement.pad(_numpy(input), paddings, int(pad_value)))
+    return functools.partial(movement.pad, paddings=paddings, value=int(pad_value))
 
 
-# --- convolutions and pooling: NHWC references, NCHW twins
+# --- convolutions and pooling: NHWC kernels, NCHW twins
 
 
-def quantized_conv2d_nhwc(input, weight, bias, stride, padding, dilation, input_offset, output_offset,
-                          requantize_multipliers, requantize_shifts, activation_min, activation_max, scratch):
+def quantized_conv2d_nhwc_kernel(input, weight, bias, stride, padding, dilation, input_offset, output_offset,
+                                 requantize_multipliers, requantize_shifts, activation_min, activation_max, scratch
+                                 ) -> Evaluate:
     """arm_convolve_wrapper_s8, weights OHWI; C_in / weight's I groups, each its slice of C_out."""
     _int8("quantized_conv2d", input, weight)
     in_channels, group_channels = input.shape[3], weight.shape[ops_shapes.WEIGHT_IN]
@@ -311,24 +375,29 @@ def quantized_conv2d_nhwc(input, weight, bias, stride, padding, dilation, input_
                            input_offset, output_offset, requantize_multipliers, requantize_shifts, activation_min,
                            activation_max, scratch)
     window = _window(input.shape[1:3], weight.shape[1:3], stride, padding, dilation, output_hw)
-    x, filters = _numpy(input), _numpy(weight)
+    filters = _numpy(weight)
     bias = None if bias is None else _numpy(bias)
     multipliers, shifts = _numpy(requantize_multipliers), _numpy(requantize_shifts)
     groups = in_channels // group_channels
     group_out = filters.shape[0] // groups
-    results = []
+    params = []
     for group in range(groups):
         outs = slice(group * group_out, (group + 1) * group_out)
-        params = conv.prepare_conv(filters[outs], None if bias is None else bias[outs], window, -int(input_offset),
-                                   multipliers[outs], shifts[outs], int(output_offset), int(activation_min),
-                                   int(activation_max))
-        results.append(conv.conv2d(x[..., group * group_channels:(group + 1) * group_channels], params))
-    return torch.from_numpy(results[0] if groups == 1 else np.concatenate(results, axis=3))
+        params.append(conv.prepare_conv(filters[outs], None if bias is None else bias[outs], window,
+                                        -int(input_offset), multipliers[outs], shifts[outs], int(output_offset),
+                                        int(activation_min), int(activation_max)))
+    if groups == 1:
+        return functools.partial(conv.conv2d, params=params[0])
+
+    def evaluate(x: np.ndarray) -> np.ndarray:
+        return np.concatenate([conv.conv2d(x[..., group * group_channels:(group + 1) * group_channels], p)
+                               for group, p in enumerate(params)], axis=3)
+    return evaluate
 
 
-def quantized_depthwise_conv2d_nhwc(input, weight, bias, stride, padding, dilation, depth_multiplier, input_offset,
-                                    output_offset, requantize_multipliers, requantize_shifts, activation_min,
-                                    activation_max, scratch):
+def quantized_depthwise_conv2d_nhwc_kernel(input, weight, bias, stride, padding, dilation, depth_multiplier,
+                                           input_offset, output_offset, requantize_multipliers, requantize_shifts,
+                                           activation_min, activation_max, scratch) -> Evaluate:
     """arm_depthwise_conv_wrapper_s8, weights [1, kh, kw, C_out]: output channel c reads input channel
     c // depth_multiplier."""
     _int8("quantized_depthwise_conv2d", input, weight)
@@ -345,12 +414,12 @@ def quantized_depthwise_conv2d_nhwc(input, weight, bias, stride, padding, dilati
                                   -int(input_offset), _numpy(requantize_multipliers).astype(np.int64),
                                   _numpy(requantize_shifts).astype(np.int64), int(output_offset),
                                   int(activation_min), int(activation_max))
-    return torch.from_numpy(conv.depthwise_conv2d(_numpy(input), params))
+    return functools.partial(conv.depthwise_conv2d, params=params)
 
 
-def quantized_transpose_conv2d_nhwc(input, weight, bias, stride, padding, output_padding, dilation, input_offset,
-                                    output_offset, requantize_multipliers, requantize_shifts, activation_min,
-                                    activation_max, scratch, output_scratch):
+def quantized_transpose_conv2d_nhwc_kernel(input, weight, bias, stride, padding, output_padding, dilation,
+                                           input_offset, output_offset, requantize_multipliers, requantize_shifts,
+                                           activation_min, activation_max, scratch, output_scratch) -> Evaluate:
     """arm_transpose_conv_wrapper_s8, weights [C_out, kh, kw, C_in]: input pixel (y, x) adds w (q + offset)
     at (y s + fy - padding); ``output_padding`` extends the end."""
     _int8("quantized_transpose_conv2d", input, weight)
@@ -364,11 +433,11 @@ def quantized_transpose_conv2d_nhwc(input, weight, bias, stride, padding, output
         -int(input_offset), _numpy(requantize_multipliers), _numpy(requantize_shifts), int(output_offset),
         int(activation_min), int(activation_max))
     params = dataclasses.replace(params, pad_before=_pair(padding))
-    return torch.from_numpy(conv.transpose_conv2d(_numpy(input), params))
+    return functools.partial(conv.transpose_conv2d, params=params)
 
 
-def quantized_avg_pool2d_nhwc(input, kernel_size, stride, padding, ceil_mode, zero_point, multiplier, shift,
-                              scratch):
+def quantized_avg_pool2d_nhwc_kernel(input, kernel_size, stride, padding, ceil_mode, zero_point, multiplier, shift,
+                                     scratch) -> Evaluate:
     """arm_avgpool_s8: the mean of the taps inside the input (padding not counted), rounded half away from
     zero; input and output share qparams, so zero_point, multiplier and shift are unused (as on the device)."""
     _int8("quantized_avg_pool2d", input)
@@ -376,11 +445,11 @@ def quantized_avg_pool2d_nhwc(input, kernel_size, stride, padding, ceil_mode, ze
                            zero_point, multiplier, shift, scratch)
     window = _window(input.shape[1:3], _pair(kernel_size), stride, padding, (1, 1), output_hw)
     params = pooling.prepare_pool(window, tuple(input.shape[1:3]), INT8_MIN, INT8_MAX)
-    return torch.from_numpy(pooling.average_pool(_numpy(input), params))
+    return functools.partial(pooling.average_pool, params=params)
 
 
-def quantized_max_pool2d_nhwc(input, kernel_size, stride, padding, dilation, ceil_mode, input_zero_point,
-                              output_zero_point, activation_min, activation_max):
+def quantized_max_pool2d_nhwc_kernel(input, kernel_size, stride, padding, dilation, ceil_mode, input_zero_point,
+                                     output_zero_point, activation_min, activation_max) -> Evaluate:
     """arm_max_pool_s8: the largest tap inside the input, clamped to [activation_min, activation_max]; input
     and output zero points must match (op_quantized_max_pool2d.cpp)."""
     _int8("quantized_max_pool2d", input)
@@ -391,11 +460,4 @@ def quantized_max_pool2d_nhwc(input, kernel_size, stride, padding, dilation, cei
                            ceil_mode, input_zero_point, output_zero_point, activation_min, activation_max)
     window = _window(input.shape[1:3], _pair(kernel_size), stride, padding, dilation, output_hw)
     params = pooling.prepare_pool(window, tuple(input.shape[1:3]), int(activation_min), int(activation_max))
-    return torch.from_numpy(pooling.max_pool(_numpy(input), params))
-
-
-quantized_conv2d = _nchw_of(quantized_conv2d_nhwc)
-quantized_depthwise_conv2d = _nchw_of(quantized_depthwise_conv2d_nhwc)
-quantized_transpose_conv2d = _nchw_of(quantized_transpose_conv2d_nhwc)
-quantized_avg_pool2d = _nchw_of(quantized_avg_pool2d_nhwc)
-quantized_max_pool2d = _nchw_of(quantized_max_pool2d_nhwc)
+    return functools.partial(pooling.max_pool, params=params)

@@ -175,8 +175,10 @@ class Interpreter:
         fixed = [(self.values[i], self.layouts[i]) for i in written if i not in self.reassigned]
         moving = [(i, self.layouts[i]) for i in written if i in self.reassigned]  # whatever value is there now
         if self._static(indices):
-            call = kernel.bind([self._resolve(self.values[index]) for index in indices])
-            if kernel.prepare is not None:
+            prepare = kernel.prepare is not None and all(
+                self._constant(indices[p]) for p in kernel.constant_positions() if p < len(indices))
+            call = kernel.bind([self._resolve(self.values[index]) for index in indices], prepare=prepare)
+            if prepare:
                 fixed = []  # a prepared call writes numpy views of the bytes: torch's strides stay as planned
         else:
             def call():
@@ -197,6 +199,11 @@ class Interpreter:
                                       if isinstance(values[i], torch.Tensor)])
             return following
         return run_kernel
+
+    def _constant(self, index: int) -> bool:
+        """The value never changes: not a tensor, or a tensor of the program's constant data."""
+        value = self.program.plan.values[index].val
+        return not isinstance(value, schema.Tensor) or (value.allocation_info is None and bool(value.data_buffer_idx))
 
     def _static(self, indices: Sequence[int]) -> bool:
         """No index (nor any item of a list value) is reassigned while running."""

@@ -65,10 +65,10 @@ SPECIAL: dict[str, Callable] = {
 # round trip into Python (about 10 us per call, most of a small model's quantize / dequantize).
 SPECIAL.update({f"cortex_m::{op.name}.out": cortex_m_ops.out_kernel(op) for op in cortex_m_ops.OPS})
 
-# Ops that can be prepared once for arguments that never change (``Kernel.bind``): the call is then only the
-# arithmetic on numpy views of the arena.
-PREPARED: dict[str, Callable] = {f"cortex_m::{op.name}.out": op.prepare for op in cortex_m_ops.OPS
-                                 if op.prepare is not None}
+# Ops that can be prepared once (``Kernel.bind``) when the arguments outside their data positions are
+# constants: the call is then only the arithmetic on numpy views of the arena.
+PREPARED: dict[str, tuple[Callable, tuple[int, ...]]] = {
+    f"cortex_m::{op.name}.out": (op.prepare, op.data) for op in cortex_m_ops.OPS if op.prepare is not None}
 
 # executorch_prim scalar ops (symbolic shape arithmetic) without a torch schema: plain Python operators.
 _SCALAR_OPS: dict[str, Callable] = {
@@ -118,13 +118,21 @@ class Kernel:
     written: tuple[int, ...]  # positions (among the instruction's args) of the values the op writes
     stores_result: bool = False  # the op returns a new value (a view, a scalar) instead of writing an out
     prepare: Callable | None = None  # (args, **kwargs) -> the call, for values that stay the same objects
+    data: tuple[int, ...] = ()  # with ``prepare``: positions whose values may change between calls
 
-    def bind(self, values: list[object]) -> Callable[[], object]:
-        """The call with these argument values, converted now, once; prepared once where the op can be."""
+    def bind(self, values: list[object], prepare: bool = False) -> Callable[[], object]:
+        """The call with these argument values, converted now, once; with ``prepare`` (the caller has checked
+        that every argument outside ``data`` is a constant), set up once where the op can be."""
         args, kwargs = self._convert(values)
-        if self.prepare is not None:
+        if prepare and self.prepare is not None:
             return self.prepare(*args, **kwargs)
         return functools.partial(self.fn, *args, **kwargs)
+
+    def constant_positions(self) -> list[int]:
+        """Positions of the arguments ``prepare`` takes as constants: all but the data, ``out`` and the
+        kernel's work buffers (the reference never reads them)."""
+        return [position for position, argument in enumerate(self.arguments)
+                if position not in self.data and not argument.keyword and argument.name not in _SCRATCH_ARGUMENTS]
 
     def call(self, values: list[object]) -> object:
         args, kwargs = self._convert(values)
@@ -192,4 +200,5 @@ def resolve(op: schema.Operator, program_name: str) -> Kernel:
                if (a.alias_info is not None and a.alias_info.is_write) or a.name in _SCRATCH_ARGUMENTS]
     if op_schema.returns:  # several returns are serialized as one list value
         written.append(len(op_schema.arguments))
-    return Kernel(name, SPECIAL.get(name, overload), arguments, tuple(written), prepare=PREPARED.get(name))
+    prepare, data = PREPARED.get(name, (None, ()))
+    return Kernel(name, SPECIAL.get(name, overload), arguments, tuple(written), prepare=prepare, data=data)

@@ -98,12 +98,13 @@ _AVG_POOL = ("Tensor input, int[] kernel_size, int[] stride, int[] padding, bool
 _MAX_POOL = ("Tensor input, int[] kernel_size, int[] stride, int[] padding, int[] dilation, bool ceil_mode, "
              "int input_zero_point, int output_zero_point, int activation_min, int activation_max")
 
+
 def _kernel_op(name: str, arguments: str, fake: Callable[..., torch.Tensor], kernel: Callable,
                data: tuple[int, ...] = (0,), nchw: bool = False) -> CortexMOp:
     """A row whose reference and prepared call come from one kernel factory (``ops_reference``); ``data``:
     positions of the arguments that carry activations (the rest are constants)."""
     return CortexMOp(name, arguments, fake, reference.functional(kernel, data, nchw),
-                     prepare=reference.prepared(kernel, data, nchw), data=data)
+                     prepare=reference.prepared(name, kernel, data, nchw), data=data)
 
 
 OPS: tuple[CortexMOp, ...] = (

@@ -187,7 +187,7 @@ def functional(kernel: Callable[..., Evaluate], data: tuple[int, ...], nchw: boo
     return _nchw_of(reference) if nchw else reference
 
 
-def prepared(kernel: Callable[..., Evaluate], data: tuple[int, ...], nchw: bool = False) -> Callable:
+def prepared(name: str, kernel: Callable[..., Evaluate], data: tuple[int, ...], nchw: bool = False) -> Callable:
     """The ``.out`` call prepared once: ``prepare(*args, out=out)`` runs ``kernel`` on the arguments (the ones
     outside ``data`` must hold the same values at every call: constants) and returns a call that evaluates on
     numpy views of the data tensors' bytes and writes into ``out``'s, whatever their strides. ``nchw``: the
@@ -203,7 +203,7 @@ def prepared(kernel: Callable[..., Evaluate], data: tuple[int, ...], nchw: bool 
         def run():
             result = evaluate(*[np.ascontiguousarray(view) for view in views])
             if result.shape != target.shape or result.dtype != target.dtype:
-                raise BadKernelArguments(f"{kernel.__name__.removesuffix('_kernel')}.out",
+                raise BadKernelArguments(f"{name}.out",
                                          f"out is {target.shape} {target.dtype}, the result {result.shape} "
                                          f"{result.dtype}")
             np.copyto(target, result)

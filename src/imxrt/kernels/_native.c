@@ -10,7 +10,7 @@
  *
  * which is TFLM's MultiplyByQuantizedMultiplier (double rounding) as one rounding shift: the constants
  * are kernels/requantize.py's ``rounding_constants``, computed in Python and only applied here. Sums of
- * int8 products are exact in int32 up to a depth of 2**31 / 128**2 = 131072 (checked at construction);
+ * int8 products are exact in int32 up to a depth of 2**31 / 128**2 - 1 = 131071 (checked at construction);
  * the output stage runs in int64 like the numpy integer stage.
  *
  * Weights are kept as int16 so the inner product vectorizes to multiply-add pairs (pmaddwd); on x86-64
@@ -28,7 +28,7 @@
 #define IMXRT_CLONES
 #endif
 
-#define MAX_DEPTH 131072  /* 2**31 / 2**14: int32 sums of int8 x int8 products cannot overflow */
+#define MAX_DEPTH 131071  /* int32 sums of int8 x int8 products (each at most 2**14) stay below 2**31 */
 
 typedef struct {
     PyObject_HEAD

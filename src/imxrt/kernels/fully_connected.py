@@ -33,7 +33,7 @@ try:
 except ImportError:  # installed without a C compiler: the numpy path computes the same numbers, slower
     _native = None
 
-NATIVE_MAX_DEPTH = 131072  # _native.c's int32 sums of int8 products stay exact up to 2**31 / 2**14 terms
+NATIVE_MAX_DEPTH = 131071  # _native.c: int32 sums of int8 products (each at most 2**14) stay below 2**31
 INT64_LIMIT = 1 << 63
 
 

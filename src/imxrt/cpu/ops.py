@@ -107,6 +107,14 @@ def _kernel_op(name: str, arguments: str, fake: Callable[..., torch.Tensor], ker
                      prepare=reference.prepared(name, kernel, data, nchw), data=data)
 
 
+
+def _layout_twins(name: str, arguments: str, nchw_fake: Callable[..., torch.Tensor],
+                  nhwc_fake: Callable[..., torch.Tensor], nhwc_kernel: Callable) -> tuple[CortexMOp, CortexMOp]:
+    """``name`` on NCHW-logical tensors and ``name_nhwc`` on NHWC-logical ones: one NHWC kernel factory."""
+    return (_kernel_op(name, arguments, nchw_fake, nhwc_kernel, nchw=True),
+            _kernel_op(f"{name}_nhwc", arguments, nhwc_fake, nhwc_kernel))
+
+
 OPS: tuple[CortexMOp, ...] = (
     CortexMOp("quantize_per_tensor", _QUANTIZE, shapes.quantize_per_tensor, reference.quantize_per_tensor,
               returns="(Tensor Z)", prepare=reference.prepare_quantize_per_tensor),
@@ -135,25 +143,16 @@ OPS: tuple[CortexMOp, ...] = (
     _kernel_op("transpose", "Tensor input, int[] perm", shapes.transpose, reference.transpose_kernel),
     _kernel_op("pad", "Tensor input, int[] pre_pad, int[] post_pad, int pad_value", shapes.pad,
                reference.pad_kernel),
-    _kernel_op("quantized_conv2d", _CONV, shapes.quantized_conv2d, reference.quantized_conv2d_nhwc_kernel,
-               nchw=True),
-    _kernel_op("quantized_conv2d_nhwc", _CONV, shapes.quantized_conv2d_nhwc, reference.quantized_conv2d_nhwc_kernel),
-    _kernel_op("quantized_depthwise_conv2d", _DEPTHWISE, shapes.quantized_depthwise_conv2d,
-               reference.quantized_depthwise_conv2d_nhwc_kernel, nchw=True),
-    _kernel_op("quantized_depthwise_conv2d_nhwc", _DEPTHWISE, shapes.quantized_depthwise_conv2d_nhwc,
-               reference.quantized_depthwise_conv2d_nhwc_kernel),
-    _kernel_op("quantized_transpose_conv2d", _TRANSPOSE_CONV, shapes.quantized_transpose_conv2d,
-               reference.quantized_transpose_conv2d_nhwc_kernel, nchw=True),
-    _kernel_op("quantized_transpose_conv2d_nhwc", _TRANSPOSE_CONV, shapes.quantized_transpose_conv2d_nhwc,
-               reference.quantized_transpose_conv2d_nhwc_kernel),
-    _kernel_op("quantized_avg_pool2d", _AVG_POOL, shapes.quantized_avg_pool2d,
-               reference.quantized_avg_pool2d_nhwc_kernel, nchw=True),
-    _kernel_op("quantized_avg_pool2d_nhwc", _AVG_POOL, shapes.quantized_avg_pool2d_nhwc,
-               reference.quantized_avg_pool2d_nhwc_kernel),
-    _kernel_op("quantized_max_pool2d", _MAX_POOL, shapes.quantized_max_pool2d,
-               reference.quantized_max_pool2d_nhwc_kernel, nchw=True),
-    _kernel_op("quantized_max_pool2d_nhwc", _MAX_POOL, shapes.quantized_max_pool2d_nhwc,
-               reference.quantized_max_pool2d_nhwc_kernel),
+    *_layout_twins("quantized_conv2d", _CONV, shapes.quantized_conv2d, shapes.quantized_conv2d_nhwc,
+                   reference.quantized_conv2d_nhwc_kernel),
+    *_layout_twins("quantized_depthwise_conv2d", _DEPTHWISE, shapes.quantized_depthwise_conv2d,
+                   shapes.quantized_depthwise_conv2d_nhwc, reference.quantized_depthwise_conv2d_nhwc_kernel),
+    *_layout_twins("quantized_transpose_conv2d", _TRANSPOSE_CONV, shapes.quantized_transpose_conv2d,
+                   shapes.quantized_transpose_conv2d_nhwc, reference.quantized_transpose_conv2d_nhwc_kernel),
+    *_layout_twins("quantized_avg_pool2d", _AVG_POOL, shapes.quantized_avg_pool2d,
+                   shapes.quantized_avg_pool2d_nhwc, reference.quantized_avg_pool2d_nhwc_kernel),
+    *_layout_twins("quantized_max_pool2d", _MAX_POOL, shapes.quantized_max_pool2d,
+                   shapes.quantized_max_pool2d_nhwc, reference.quantized_max_pool2d_nhwc_kernel),
     _kernel_op("quantized_batch_matmul", "Tensor lhs, int lhs_zero_point, Tensor rhs_transposed, "
                "int rhs_zero_point, int output_zero_point, int output_multiplier, int output_shift, Tensor scratch",
                shapes.quantized_batch_matmul, reference.quantized_batch_matmul_kernel, data=(0, 2)),
@@ -201,9 +200,7 @@ def out_kernel(op: CortexMOp) -> Callable[..., torch.Tensor]:
 
     def run(*args, out):
         result = op.reference(*args)
-        if out.shape != result.shape or out.dtype != result.dtype:
-            raise reference.BadKernelArguments(f"{op.name}.out", f"out is {tuple(out.shape)} {out.dtype}, the "
-                                                                 f"result {tuple(result.shape)} {result.dtype}")
+        reference.check_out(op.name, out.shape, out.dtype, result.shape, result.dtype)
         return out.copy_(result)
 
     return run

@@ -117,8 +117,8 @@ def prepare_quantize_per_tensor(input, scale, zero_point, quant_min, quant_max, 
     """``quantize_per_tensor.out`` on tensors that stay the same: the checks, constants and numpy views of
     their bytes (any strides) are made once; a call is the arithmetic and one strided copy into ``out``."""
     _check_quantize(input, dtype)
-    _check_out("quantize_per_tensor", input.shape, torch.int8, out)
-    source, target = input.detach().numpy(), out.detach().numpy()
+    check_out("quantize_per_tensor", out.shape, out.dtype, input.shape, torch.int8)
+    source, target = _view(input), _view(out)
     constants = _quantize_constants(scale, zero_point, quant_min, quant_max)
     work = np.empty(source.shape, np.float32)
 
@@ -145,8 +145,8 @@ def _dequantize(q: np.ndarray, zero_point: np.float32, scale: np.float32, out: n
 def prepare_dequantize_per_tensor(input, scale, zero_point, quant_min, quant_max, dtype, *, out):
     """``dequantize_per_tensor.out`` prepared once, as ``prepare_quantize_per_tensor``."""
     _int8("dequantize_per_tensor", input)
-    _check_out("dequantize_per_tensor", input.shape, torch.float32, out)
-    source, target = input.detach().numpy(), out.detach().numpy()
+    check_out("dequantize_per_tensor", out.shape, out.dtype, input.shape, torch.float32)
+    source, target = _view(input), _view(out)
     zero_point, scale = np.float32(zero_point), np.float32(scale)
     if target.flags.c_contiguous:
         def run():
@@ -161,10 +161,11 @@ def prepare_dequantize_per_tensor(input, scale, zero_point, quant_min, quant_max
     return run_strided
 
 
-def _check_out(op: str, shape, dtype, out) -> None:
-    if out.shape != shape or out.dtype != dtype:
-        raise BadKernelArguments(f"{op}.out", f"out is {tuple(out.shape)} {out.dtype}, the result "
-                                              f"{tuple(shape)} {dtype}")
+def check_out(op: str, out_shape, out_dtype, result_shape, result_dtype) -> None:
+    """An ``.out`` call's ``out`` must have its result's shape and dtype (torch or numpy, alike on both sides)."""
+    if tuple(out_shape) != tuple(result_shape) or out_dtype != result_dtype:
+        raise BadKernelArguments(f"{op}.out", f"out is {tuple(out_shape)} {out_dtype}, the result "
+                                              f"{tuple(result_shape)} {result_dtype}")
 
 
 # --- the other ops: each a kernel factory. ``<op>_kernel(*args)`` checks the arguments, converts the
@@ -202,10 +203,7 @@ def prepared(name: str, kernel: Callable[..., Evaluate], data: tuple[int, ...], 
 
         def run():
             result = evaluate(*[np.ascontiguousarray(view) for view in views])
-            if result.shape != target.shape or result.dtype != target.dtype:
-                raise BadKernelArguments(f"{name}.out",
-                                         f"out is {target.shape} {target.dtype}, the result {result.shape} "
-                                         f"{result.dtype}")
+            check_out(name, target.shape, target.dtype, result.shape, result.dtype)
             np.copyto(target, result)
             return out
         return run

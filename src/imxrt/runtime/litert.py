@@ -614,7 +614,7 @@ class LiteRTRunner:
         return cls(steps, len(graph.tensors), constants, input_indices, output_indices,
                    [_spec(graph.tensors[i]) for i in input_indices], [_spec(graph.tensors[i]) for i in output_indices])
 
-    def _check(self, inputs: Sequence[np.ndarray]) -> None:
+    def check_inputs(self, inputs: Sequence[np.ndarray]) -> None:
         if len(inputs) != len(self.inputs):
             names = ", ".join(spec.name for spec in self.inputs)
             raise BadSubgraphInput(names or "(none)", f"expected {len(self.inputs)} arrays, got {len(inputs)}")
@@ -626,11 +626,11 @@ class LiteRTRunner:
                                                   f"{tuple(array.shape)} {array.dtype}")
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        self._check(inputs)
+        self.check_inputs(inputs)
         return self.run_checked(inputs)
 
     def run_checked(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """``run`` for inputs whose shapes and dtypes the caller has checked once for all calls."""
+        """``run`` for inputs the caller has checked once for all calls (``check_inputs``)."""
         values = self._initial_values.copy()
         for index, array in zip(self._input_indices, inputs, strict=True):
             values[index] = array

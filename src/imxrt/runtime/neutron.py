@@ -99,11 +99,7 @@ class NeutronDelegate:
         first_output = len(args) - len(self.outputs)
         feeds = [self._feed(args[entry.arg], entry) for entry in self.inputs]
         targets = [self._target(args[first_output + entry.arg], entry) for entry in self.outputs]
-        for entry, spec in zip(self.inputs, self.runner.inputs, strict=True):
-            if tuple(entry.tflite_shape) != spec.shape or spec.dtype != np.int8:
-                raise BadFile(self.program_name, f"{self.name}: input {entry.name} is mapped as "
-                                                 f"{entry.tflite_shape} int8, its subgraph takes {spec.shape} "
-                                                 f"{spec.dtype}; the file is corrupted, recompile the model")
+        self.runner.check_inputs([feed() for feed in feeds])  # the views are fixed: once for every call
         run_subgraph = self.runner.run_checked
 
         def run() -> None:

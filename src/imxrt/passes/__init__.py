@@ -11,11 +11,13 @@ from imxrt.passes.convert_scalar_operands_to_float import ConvertScalarOperandsT
 from imxrt.passes.fold_batch_norm import FoldBatchNormPass
 from imxrt.passes.remove_identity_as_strided import RemoveIdentityAsStridedPass
 from imxrt.passes.remove_noops import RemoveNoOpsPass
+from imxrt.passes.unshare_parameters import UnshareParametersPass
 
 # Order matters: no-ops go first so a dropout between conv and batch norm does not block folding;
-# batch norms fold before conv1d becomes conv2d, whose trailing squeeze would separate them.
+# batch norms fold before conv1d becomes conv2d, whose trailing squeeze would separate them; parameters are
+# unshared last, after the passes that read or replace them, so each use is quantized at its own scale.
 ATEN_PASSES = (RemoveNoOpsPass, FoldBatchNormPass, ConvertConv1dToConv2dPass, ConvertDivToMulPass,
-               ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass)
+               ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass, UnshareParametersPass)
 
 
 # Run by to_edge_transform_and_lower after decomposition, before the partitioners see the graph.

@@ -1,0 +1,40 @@
+"""Checks every compiled test case must pass: the ``.pte`` on the host runtime against the quantized program.
+
+``CompileResult.quantized`` is the int8 program as PyTorch runs it (fake quantization in float); the ``.pte``
+runs the same program in integers (TFLM / CMSIS-NN requantization). The two differ only by rounding, which
+README.md bounds as ``QUANTIZED_ROUNDING_LSB`` units of each output's scale. A larger difference means the two
+programs are not the same program (a constant at the wrong scale, a wrong layout, a dropped op).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+import imxrt.runtime
+
+QUANTIZED_ROUNDING_LSB = 2  # README.md, "The .pte and the quantized program"
+
+
+def output_differences_lsb(result, inputs: Sequence[torch.Tensor]) -> list[float]:
+    """Per model output: max |pte - quantized| in LSB of the output's scale."""
+    program = imxrt.runtime.load(result.pte)
+    ours = program.forward(*inputs)
+    theirs = result.quantized.module()(*inputs)
+    theirs = theirs if isinstance(theirs, (tuple, list)) else (theirs,)
+    assert len(ours) == len(theirs), f".pte has {len(ours)} outputs, the quantized program {len(theirs)}"
+    differences = []
+    for out, ref, io in zip(ours, theirs, result.io["outputs"], strict=True):
+        ref = ref.detach().numpy()
+        assert out.shape == ref.shape, f"output {io['name']}: shape {out.shape} != {ref.shape}"
+        scale = io["scale"] if io["scale"] else 1.0
+        differences.append(float(np.abs(out.astype(np.float64) - ref.astype(np.float64)).max() / scale))
+    return differences
+
+
+def assert_pte_matches_quantized(result, inputs: Sequence[torch.Tensor]) -> None:
+    differences = output_differences_lsb(result, inputs)
+    assert max(differences) <= QUANTIZED_ROUNDING_LSB + 1e-6, \
+        f"the .pte differs from the quantized program by {differences} LSB (bound {QUANTIZED_ROUNDING_LSB})"

@@ -1,0 +1,44 @@
+"""Defects the conformance suite (benchmarks/conformance.py: ExecuTorch's own NXP and Cortex-M test models)
+found, each as the smallest model that showed it, on both targets."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from program_checks import assert_pte_matches_quantized
+
+import imxrt.runtime
+from imxrt.pipeline import CompileOptions, compile
+
+TARGETS = ("imxrt700", "imxrt700-cpu")
+
+
+def _compile(model, shapes, target, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    cal = [tuple(torch.randn(s, generator=generator) for s in shapes) for _ in range(8)]
+    result = compile(model.eval(), cal[0], target, cal, CompileOptions(show_progress=False))
+    return result, cal
+
+
+class LinearTwice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x, y):
+        return self.fc(x), self.fc(10 * y)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_layer_applied_twice_reads_each_bias_at_its_own_scale(target):
+    """The second use's input scale is ~10x the first's: a bias shared at the first use's s_in * s_w was
+    off by about a quarter of the second output's range."""
+    torch.manual_seed(0)
+    model = LinearTwice()
+    result, cal = _compile(model, [(1, 8), (1, 8)], target)
+    for inputs in cal:
+        assert_pte_matches_quantized(result, inputs)
+        second = model(*inputs)[1].detach().numpy()
+        scale = result.io["outputs"][1]["scale"]
+        ours = imxrt.runtime.load(result.pte).forward(*inputs)[1]
+        assert np.abs(ours - second).max() <= 3 * scale

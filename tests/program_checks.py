@@ -38,3 +38,18 @@ def assert_pte_matches_quantized(result, inputs: Sequence[torch.Tensor]) -> None
     differences = output_differences_lsb(result, inputs)
     assert max(differences) <= QUANTIZED_ROUNDING_LSB + 1e-6, \
         f"the .pte differs from the quantized program by {differences} LSB (bound {QUANTIZED_ROUNDING_LSB})"
+
+
+def odd_dim_orders(pte: bytes) -> list[tuple[int, list[int], list[int]]]:
+    """(value index, sizes, dim order) of every tensor in the program whose dim order is neither the
+    contiguous one nor channels_last: the orders ExecuTorch's kernels take."""
+    from executorch.exir._serialize._program import deserialize_pte_binary
+
+    plan = deserialize_pte_binary(pte).program.execution_plan[0]
+    odd = []
+    for index, value in enumerate(plan.values):
+        tensor = value.val
+        order = list(getattr(tensor, "dim_order", None) or [])
+        if order and order != list(range(len(order))) and order != [0, 2, 3, 1]:
+            odd.append((index, list(tensor.sizes), order))
+    return odd

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from program_checks import assert_pte_matches_quantized
+from program_checks import assert_pte_matches_quantized, odd_dim_orders
 
 import imxrt.runtime
 from imxrt.pipeline import CompileOptions, compile
@@ -42,3 +42,15 @@ def test_a_layer_applied_twice_reads_each_bias_at_its_own_scale(target):
         scale = result.io["outputs"][1]["scale"]
         ours = imxrt.runtime.load(result.pte).forward(*inputs)[1]
         assert np.abs(ours - second).max() <= 3 * scale
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_grouped_transposed_conv_holds_only_dim_orders_kernels_take(target):
+    """Its [4, 1, 3, 3] weight came out of a transpose with strides (9, 36, 3, 1), serialized as dim order
+    [1, 0, 2, 3]; ExecuTorch's dequantize_per_channel wrote out of bounds on it and the process died
+    (``double free or corruption``) after a few forwards."""
+    torch.manual_seed(0)
+    result, cal = _compile(nn.ConvTranspose2d(4, 4, 3, groups=4, bias=False), [(1, 4, 6, 6)], target)
+    assert odd_dim_orders(result.pte) == []
+    for inputs in cal:
+        assert_pte_matches_quantized(result, inputs)

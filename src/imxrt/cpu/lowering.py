@@ -27,7 +27,7 @@ from torch.fx import Node
 from imxrt import macs
 from imxrt.cpu.isa import Isa
 from imxrt.cpu.lowering_graph import Editor
-from imxrt.cpu.lowering_layout import assign_dim_orders
+from imxrt.cpu.lowering_layout import assign_dim_orders, canonicalize_strides
 from imxrt.cpu.lowering_rules import POINTWISE, NotLowered, Rewrite, cortex_m, row_for
 from imxrt.npu.partitioner import PlacementLog
 from imxrt.npu.support import not_quantized_reason, op_name
@@ -96,7 +96,9 @@ def lower_program(exported_program: ExportedProgram, isa: Isa | str, placement_l
     _convert_boundary_qdq(editor)
     graph.eliminate_dead_code()
     assign_dim_orders(graph)
+    canonicalize_strides(graph)
     editor.remove_dead_constants()
+    editor.restride_constants()
     editor.sync_output_names()
     program.graph_module.recompile()
     return program

@@ -59,6 +59,23 @@ class Editor:
             return self.program.constants[signature.inputs_to_lifted_tensor_constants[node.name]]
         return None
 
+    def restride_constants(self) -> None:
+        """Store each constant with the strides its placeholder's value has (ExecuTorch serializes the
+        dim order of the stored tensor)."""
+        signature = self.program.graph_signature
+        for node in self.graph.nodes:
+            data, value = self.tensor(node), node.meta.get("val")
+            if data is None or not isinstance(value, torch.Tensor) or data.stride() == value.stride():
+                continue
+            restrided = torch.empty_strided(data.shape, value.stride(), dtype=data.dtype).copy_(data)
+            if node.name in signature.inputs_to_lifted_tensor_constants:
+                self.program.constants[signature.inputs_to_lifted_tensor_constants[node.name]] = restrided
+            else:
+                target = signature.inputs_to_parameters.get(node.name) or signature.inputs_to_buffers[node.name]
+                store = self.program.state_dict if target in self.program.state_dict else self.program.constants
+                store[target] = torch.nn.Parameter(restrided, requires_grad=False) \
+                    if isinstance(store[target], torch.nn.Parameter) else restrided
+
     def remove_dead_constants(self) -> list[str]:
         """Delete constant placeholders nothing reads any more (the float-era weights and qparams the
         cortex_m ops replaced), so they are not serialized. Returns their names."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 from executorch.exir import memory
 from executorch.exir.dialects._ops import ops as exir_ops
+from executorch.exir.tensor import dim_order_from_stride
 from torch.fx import Graph, Node
 
 from imxrt.cpu.lowering_graph import inherit_provenance
@@ -81,8 +82,32 @@ def _rank4(node: object) -> bool:
 
 
 def _with_order(value: torch.Tensor, order: tuple[int, ...]) -> torch.Tensor:
-    fmt = torch.channels_last if order == CHANNELS_LAST else torch.contiguous_format
-    return value.contiguous(memory_format=fmt) if value.dim() == 4 else value
+    """``value`` with the canonical strides of ``order``. ``contiguous()`` would keep any strides torch
+    deems contiguous, and a size-1 dimension's stride is free: ExecuTorch reads the dim order off the
+    strides, so [4, 1, 3, 3] with strides (9, 36, 3, 1) would be serialized as dim order [1, 0, 2, 3]."""
+    fmt = torch.channels_last if order == CHANNELS_LAST and value.dim() == 4 else torch.contiguous_format
+    if value.stride() == torch.empty_strided(value.shape, (1,) * value.dim(), device="meta")\
+            .contiguous(memory_format=fmt).stride():
+        return value
+    return value.clone(memory_format=fmt)
+
+
+def canonicalize_strides(graph: Graph) -> None:
+    """Every value (constants included) whose strides read as a dim order other than the contiguous or the
+    channels_last one, only because a size-1 dimension's stride is free, gets the canonical strides of the
+    order its bytes are in: ExecuTorch's kernels take those two orders, and one given [1, 0, 2, 3] for a
+    [4, 1, 3, 3] weight wrote out of bounds."""
+    for node in graph.nodes:
+        value = _value(node)
+        if value is None or value.dim() < 2:
+            continue
+        order = tuple(dim_order_from_stride(value.stride()))
+        if order == tuple(range(value.dim())) or order == CHANNELS_LAST:
+            continue
+        if value.is_contiguous():
+            node.meta["val"] = _with_order(value, CONTIGUOUS)
+        elif value.dim() == 4 and value.is_contiguous(memory_format=torch.channels_last):
+            node.meta["val"] = _with_order(value, CHANNELS_LAST)
 
 
 def assign_dim_orders(graph: Graph) -> int:

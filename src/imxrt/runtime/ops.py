@@ -43,6 +43,37 @@ def _empty_into_out(size, *, out, **_):
     return out
 
 
+def _dense_operands(kernel: Callable) -> Callable:
+    """ExecuTorch's C++ quantize/dequantize kernels index their tensors as contiguous: given other strides
+    (a dim order the program may hold, [1, 0, 2, 3] for a [4, 1, 3, 3] weight) they wrote out of bounds.
+    Such operands go in as contiguous copies, and the result is copied into the planned view."""
+
+    def call(*args, out, **kwargs):
+        if all(_dense(a) for a in (*args, out, *kwargs.values()) if isinstance(a, torch.Tensor)):
+            return kernel(*args, out=out, **kwargs)
+        args = [a.clone(memory_format=torch.contiguous_format) if isinstance(a, torch.Tensor) and not _dense(a)
+                else a for a in args]
+        result = kernel(*args, out=torch.empty(out.shape, dtype=out.dtype), **kwargs)
+        out.copy_(result)
+        return out
+
+    return call
+
+
+def _dense(tensor: torch.Tensor) -> bool:
+    """Laid out with the contiguous strides themselves (not only ones torch calls contiguous)."""
+    expected = 1
+    for size, stride in zip(reversed(tensor.shape), reversed(tensor.stride()), strict=True):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+# Namespaces whose kernels are ExecuTorch's C++ (registered with torch by executorch.kernels.quantized).
+_CPP_KERNEL_NAMESPACES = frozenset({"quantized_decomposed"})
+
+
 def _et_view(self, size):
     """A view sharing its input's bytes (ExecuTorch points the output at the input's data)."""
     return self.view(size)
@@ -201,4 +232,7 @@ def resolve(op: schema.Operator, program_name: str) -> Kernel:
     if op_schema.returns:  # several returns are serialized as one list value
         written.append(len(op_schema.arguments))
     prepare, data = PREPARED.get(name, (None, ()))
-    return Kernel(name, SPECIAL.get(name, overload), arguments, tuple(written), prepare=prepare, data=data)
+    fn = SPECIAL.get(name, overload)
+    if namespace in _CPP_KERNEL_NAMESPACES and name not in SPECIAL:
+        fn = _dense_operands(fn)
+    return Kernel(name, fn, arguments, tuple(written), prepare=prepare, data=data)

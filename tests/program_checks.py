@@ -53,3 +53,50 @@ def odd_dim_orders(pte: bytes) -> list[tuple[int, list[int], list[int]]]:
         if order and order != list(range(len(order))) and order != [0, 2, 3, 1]:
             odd.append((index, list(tensor.sizes), order))
     return odd
+
+
+def partition_mismatches(result, inputs: Sequence[torch.Tensor]) -> list[str]:
+    """Run the ``.pte`` on the host runtime, recording the int8 tensors every NPU partition received and
+    returned; run each partition's ``.tflite`` in TFLM on the same tensors. Returns one line per partition
+    call whose outputs differ from TFLM's (empty: bit-exact)."""
+    from unittest import mock
+
+    import oracles
+
+    from imxrt.runtime.litert import LiteRTRunner
+
+    calls = []
+    from_bytes, run_checked = LiteRTRunner.from_bytes.__func__, LiteRTRunner.run_checked
+
+    def recording_from_bytes(cls, tflite):
+        runner = from_bytes(cls, tflite)
+        runner.recorded_tflite = bytes(tflite)
+        return runner
+
+    def recording_run(self, arrays):
+        results = run_checked(self, arrays)
+        calls.append((self.recorded_tflite, [np.array(a) for a in arrays], [np.array(r) for r in results]))
+        return results
+
+    with mock.patch.object(LiteRTRunner, "from_bytes", classmethod(recording_from_bytes)), \
+            mock.patch.object(LiteRTRunner, "run_checked", recording_run):
+        imxrt.runtime.load(result.pte).forward(*inputs)
+    assert len(calls) == len(result.partitions), f"{len(calls)} partition calls for {len(result.partitions)}"
+    mismatches = []
+    for index, (tflite, arrays, ours) in enumerate(calls):
+        assert tflite in result.partitions, f"partition call {index} ran a subgraph the compile did not write"
+        theirs = oracles.run_tflm(tflite, arrays)
+        for position, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            if not np.array_equal(a.reshape(b.shape), b):
+                differing = int(np.count_nonzero(a.reshape(b.shape) != b))
+                mismatches.append(f"partition call {index} output {position}: {differing} of {b.size} values "
+                                  f"differ from TFLM (max {int(np.abs(a.reshape(b.shape).astype(int) - b).max())})")
+    return mismatches
+
+
+def check_case(result, inputs: Sequence[torch.Tensor]) -> None:
+    """The checks every compiled case passes: TFLM's numbers on every partition, the quantized program's
+    numbers within the rounding bound, and only dim orders ExecuTorch's kernels take."""
+    assert partition_mismatches(result, inputs) == []
+    assert_pte_matches_quantized(result, inputs)
+    assert odd_dim_orders(result.pte) == []

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from program_checks import assert_pte_matches_quantized, odd_dim_orders
+from program_checks import assert_pte_matches_quantized, check_case, odd_dim_orders
 
 import imxrt.runtime
 from imxrt.pipeline import CompileOptions, compile
@@ -54,3 +54,35 @@ def test_a_grouped_transposed_conv_holds_only_dim_orders_kernels_take(target):
     assert odd_dim_orders(result.pte) == []
     for inputs in cal:
         assert_pte_matches_quantized(result, inputs)
+
+
+CONV1D_FORMS = {
+    "default": lambda: nn.Conv1d(4, 8, 3),
+    "no_bias": lambda: nn.Conv1d(4, 8, 3, bias=False),
+    "stride_2": lambda: nn.Conv1d(4, 8, 3, stride=2),
+    "dilation_2": lambda: nn.Conv1d(4, 8, 3, dilation=2),
+    "padding_1": lambda: nn.Conv1d(4, 8, 3, padding=1),
+    "same_odd": lambda: nn.Conv1d(4, 8, 3, padding="same"),
+    "same_even": lambda: nn.Conv1d(4, 8, 4, padding="same", dilation=1),
+    "valid": lambda: nn.Conv1d(4, 8, 5, padding="valid"),
+    "conv2d_valid": lambda: nn.Conv2d(4, 8, 3, padding="valid"),
+    "conv2d_same_even": lambda: nn.Conv2d(4, 8, (2, 4), padding="same"),
+}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("form", sorted(CONV1D_FORMS))
+def test_every_conv_argument_form_compiles_to_int8(form, target):
+    """Arguments are read from the schema: conv1d with defaults was refused ("non-positive dilation/groups",
+    stride and dilation landed in the wrong positions), string padding stayed float (conv1d) or raised an
+    IndexError in the LiteRT converter (conv2d "valid", one-element padding)."""
+    torch.manual_seed(0)
+    model = CONV1D_FORMS[form]()
+    shape = (1, 4, 9, 10) if "conv2d" in form else (1, 4, 20)
+    result, cal = _compile(model, [shape], target)
+    summary = result.report["summary"]
+    assert summary["ops_cpu_float"] == 0
+    if target == "imxrt700":
+        assert summary["partitions"] == 1 and summary["npu_mac_fraction"] == 1.0
+    for inputs in cal[:3]:
+        check_case(result, inputs)

@@ -86,3 +86,35 @@ def test_every_conv_argument_form_compiles_to_int8(form, target):
         assert summary["partitions"] == 1 and summary["npu_mac_fraction"] == 1.0
     for inputs in cal[:3]:
         check_case(result, inputs)
+
+
+UNBOUNDED_CLAMPS = {
+    "hardtanh_0_inf": lambda: nn.Hardtanh(0.0, float("inf")),
+    "hardtanh_-inf_1": lambda: nn.Hardtanh(float("-inf"), 1.0),
+}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("clamp", sorted(UNBOUNDED_CLAMPS))
+def test_an_infinite_clamp_bound_is_no_bound(clamp, target):
+    """Quantizing the infinite bound raised OverflowError on imxrt700-cpu; the int8 range bounds it."""
+    torch.manual_seed(0)
+    result, cal = _compile(nn.Sequential(nn.Linear(4, 4), UNBOUNDED_CLAMPS[clamp]()), [(1, 4)], target)
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    for inputs in cal[:3]:
+        check_case(result, inputs)
+
+
+def test_an_internal_error_is_one_compiler_bug_naming_its_stage(monkeypatch):
+    """No raw Python exception escapes compile: an internal failure is an ImxrtError (one CLI line) that
+    names the stage and keeps the cause chained for the bug report."""
+    import imxrt.pipeline
+    from imxrt.errors import CompilerBug
+
+    def broken(*args, **kwargs):
+        raise TypeError("unexpected")
+
+    monkeypatch.setattr(imxrt.pipeline, "lower_to_cortex_m", broken)
+    with pytest.raises(CompilerBug, match=r"lower stage \(TypeError: unexpected\)") as error:
+        _compile(nn.Linear(4, 4), [(1, 4)], "imxrt700-cpu")
+    assert isinstance(error.value.__cause__, TypeError)

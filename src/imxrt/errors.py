@@ -49,3 +49,14 @@ class BadFile(ImxrtError):
 
 class BadInput(ImxrtError):
     """Inputs given to a compiled program do not match what it takes (count, shape, dtype)."""
+
+
+class CompilerBug(ImxrtError):
+    """An internal error: a model we should compile or refuse with a reason made the compiler itself fail.
+    The cause stays chained (``__cause__``) for the bug report."""
+
+    def __init__(self, stage: str, cause: BaseException):
+        first = str(cause).strip().splitlines()[0] if str(cause).strip() else ""
+        super().__init__(f"internal compiler error in the {stage} stage ({type(cause).__name__}: {first}); this is "
+                         "an imxrt bug: please report it with the model")
+        self.stage = stage

@@ -32,7 +32,7 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, 
 
 from imxrt import firmware
 from imxrt.cpu.lowering import lower_to_cortex_m
-from imxrt.errors import BadModel, BadOption
+from imxrt.errors import BadModel, BadOption, CompilerBug, ImxrtError
 from imxrt.memory.budget import check_sram_budget, check_tensors_fit
 from imxrt.memory.planning import ImxrtMemoryPlanner, memory_planning_pass
 from imxrt.memory.report import memory_report
@@ -201,19 +201,22 @@ def compile(
             quantized = quantize(exported, example_inputs, calibration, options, target)
     with _timed(seconds, "lower"):
         edge = lower(quantized, target, options, placement_log)
-    check_tensors_fit(edge.exported_program(), target)
-    check_device_layouts(edge)
-    # Read the placement before serialization: to_executorch rewrites the edge graph in place.
-    report, partitions = placement.build_report(edge, placement_log, target, options.neutron_compiler)
-    npu_files = converter_dumps(edge)
+    with _timed(seconds, "check"):
+        check_tensors_fit(edge.exported_program(), target)
+        check_device_layouts(edge)
+    with _timed(seconds, "report"):
+        # Read the placement before serialization: to_executorch rewrites the edge graph in place.
+        report, partitions = placement.build_report(edge, placement_log, target, options.neutron_compiler)
+        npu_files = converter_dumps(edge)
     with _timed(seconds, "serialize"):
         planner = ImxrtMemoryPlanner()
         program = to_executorch(edge, planner)
         pte = bytes(program.buffer)
-    report["profiling"] = instruction_table(program, report["latency"])  # what imxrt run --etdump reads
-    # The plan exists only once to_executorch has run; an over-budget program is an error, not an artifact.
-    report["memory"] = memory_report(planner.plans, pte, target, options.sram_budget)
-    check_sram_budget(report["memory"])
+    with _timed(seconds, "memory"):
+        report["profiling"] = instruction_table(program, report["latency"])  # what imxrt run --etdump reads
+        # The plan exists only once to_executorch has run; an over-budget program is an error, not an artifact.
+        report["memory"] = memory_report(planner.plans, pte, target, options.sram_budget)
+        check_sram_budget(report["memory"])
     return CompileResult(pte=pte, partitions=partitions, report=report, stage_seconds=seconds, quantized=quantized,
                          npu_files=npu_files, etrecord=program.get_etrecord())
 
@@ -257,8 +260,15 @@ def converter_dumps(edge: EdgeProgramManager) -> dict[str, bytes]:
 
 @contextmanager
 def _timed(seconds: dict[str, float], stage: str):
+    """Time ``stage``; an exception that is not a user error leaves it as a ``CompilerBug`` naming the stage
+    (no raw Python exception escapes ``compile``)."""
     start = time.perf_counter()
-    yield
+    try:
+        yield
+    except ImxrtError:
+        raise
+    except Exception as e:
+        raise CompilerBug(stage, e) from e
     seconds[stage] = time.perf_counter() - start
 
 

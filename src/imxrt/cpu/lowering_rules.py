@@ -130,12 +130,7 @@ class Rewrite:
         activation = self.cluster.activation
         if activation is None:
             return INT8_MIN, INT8_MAX
-        if activation.target == edge.relu.default:
-            low, high = 0.0, None
-        elif activation.target == edge.hardtanh.default:
-            low, high = float(_arg(activation, 1, "min_val", -1.0)), float(_arg(activation, 2, "max_val", 1.0))
-        else:  # clamp
-            low, high = _arg(activation, 1, "min"), _arg(activation, 2, "max")
+        low, high = (0.0, None) if activation.target == edge.relu.default else _clamp_bounds(activation)
         act_min = INT8_MIN if low is None else max(INT8_MIN, quantize_value(low, out.scale, out.zero_point))
         act_max = INT8_MAX if high is None else min(INT8_MAX, quantize_value(high, out.scale, out.zero_point))
         return act_min, act_max
@@ -444,10 +439,13 @@ def _float_lut(rw: Rewrite, q_in: QParams, out: QParams) -> activations.Lut:
 
 
 def _clamp_bounds(node: Node) -> tuple[float | None, float | None]:
+    """(low, high) of a hardtanh / clamp; None where there is no bound (left out, or infinite: the int8
+    range bounds it then)."""
     if node.target == edge.hardtanh.default:
-        return float(_arg(node, 1, "min_val", -1.0)), float(_arg(node, 2, "max_val", 1.0))
-    low, high = _arg(node, 1, "min"), _arg(node, 2, "max")
-    return (None if low is None else float(low)), (None if high is None else float(high))
+        bounds = _arg(node, 1, "min_val", -1.0), _arg(node, 2, "max_val", 1.0)
+    else:
+        bounds = _arg(node, 1, "min"), _arg(node, 2, "max")
+    return tuple(None if b is None or not math.isfinite(float(b)) else float(b) for b in bounds)
 
 
 def _relu_lut(rw: Rewrite, q_in: QParams, out: QParams) -> activations.Lut:

@@ -1,0 +1,209 @@
+"""Conformance: ExecuTorch's own NXP and Cortex-M test models, compiled for imxrt700 and imxrt700-cpu.
+
+    python benchmarks/conformance.py [--target T] [--filter SUBSTR] [--limit N] [--jobs 2] [--json PATH]
+
+For each upstream test case (``_conformance_cases``) and target, in a child process of its own (a crash or a
+hang is a counted failure, not the end of the run): compile with 8 seeded random calibration samples, run
+the ``.pte`` on the host runtime, run every NPU partition in TFLM on the int8 tensors it received and
+compare bit for bit, and compare the ``.pte``'s outputs with ``CompileResult.quantized`` (README: at most
+2 LSB of each output's scale). Prints the counts and one line per failing case:
+
+    compiled       compiled and every check passed or was measured
+    refused        refused with an ImxrtError (the message says which limit)
+    raw            a Python exception other than ImxrtError escaped imxrt.compile
+    crashed        the child process died (signal) or timed out
+    int8-only      no float op left on the CPU
+    all-NPU        every compute op in NeutronBackend partitions (imxrt700)
+    TFLM bit-exact every partition call equals TFLM on the same int8 tensors
+    pte≈quantized  the .pte's outputs within the rounding bound of the quantized program
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))  # program_checks, oracles: the same checks the tests make
+
+TARGETS = ("imxrt700", "imxrt700-cpu")
+CALIBRATION_SAMPLES = 8
+_QDQ_OPS = ("quantize_per_tensor", "dequantize_per_tensor")
+
+
+def run_case(case, target: str) -> dict:
+    """Compile ``case`` for ``target`` and check it (in the child process)."""
+    import torch
+
+    import program_checks
+    from imxrt.errors import ImxrtError
+    from imxrt.pipeline import CompileOptions, compile
+
+    record = {"case": case.name, "target": target}
+    shapes = case.shapes()
+    generator = torch.Generator().manual_seed(0)
+    if shapes is None:
+        calibration, example = None, case.example
+    else:
+        calibration = [tuple(torch.randn(s, generator=generator) for s in shapes)
+                       for _ in range(CALIBRATION_SAMPLES)]
+        example = calibration[0]
+    try:
+        result = compile(case.model.eval(), example, target, calibration, CompileOptions(show_progress=False))
+    except ImxrtError as e:
+        return {**record, "status": "refused", "message": str(e).splitlines()[0]}
+    except Exception as e:  # noqa: BLE001  (what this suite counts)
+        return {**record, "status": "raw", "message": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                "traceback": traceback.format_exc()[-1500:]}
+    summary = result.report["summary"]
+    compute = [op for op in result.report["ops"] if not any(q in op["op"] for q in _QDQ_OPS)]
+    record.update(status="compiled", partitions=summary["partitions"], int8_only=summary["ops_cpu_float"] == 0,
+                  all_npu=bool(compute) and all(op["placement"] == "npu" for op in compute))
+    problems = []
+    try:
+        mismatches = [m for inputs in calibration[:2] for m in program_checks.partition_mismatches(result, inputs)]
+        record["tflm_exact"] = not mismatches
+        problems += mismatches[:2]
+        lsb = max(max(program_checks.output_differences_lsb(result, inputs), default=0.0)
+                  for inputs in calibration[:2])
+        record["pte_lsb"] = lsb
+        record["pte_matches"] = lsb <= program_checks.QUANTIZED_ROUNDING_LSB + 1e-6
+        if not record["pte_matches"]:
+            problems.append(f".pte differs from the quantized program by {lsb:.1f} LSB")
+        odd = program_checks.odd_dim_orders(result.pte)
+        if odd:
+            problems.append(f"dim orders kernels do not take: {odd[:2]}")
+    except ImxrtError as e:
+        problems.append(f"the host runtime refused the program: {str(e).splitlines()[0]}")
+        record["tflm_exact"] = record["pte_matches"] = False
+    except Exception as e:  # noqa: BLE001
+        problems.append(f"checking raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        record["tflm_exact"] = record["pte_matches"] = False
+    record["problems"] = problems
+    return record
+
+
+def _child(case, targets, connection) -> None:
+    warnings.filterwarnings("ignore")
+    import logging
+    logging.disable(logging.WARNING)
+    for target in targets:
+        connection.send(run_case(case, target))
+    connection.close()
+
+
+def run_all(cases, targets, jobs: int, timeout: float, progress=True) -> list[dict]:
+    """Each case in a forked child (all targets in turn); at most ``jobs`` at once."""
+    context = multiprocessing.get_context("fork")
+    pending = list(cases)
+    running: list[tuple] = []
+    results: list[dict] = []
+    done = 0
+    while pending or running:
+        while pending and len(running) < jobs:
+            case = pending.pop(0)
+            receive, send = context.Pipe(duplex=False)
+            process = context.Process(target=_child, args=(case, targets, send), daemon=True)
+            process.start()
+            send.close()
+            running.append((case, process, receive, time.monotonic(), []))
+        time.sleep(0.05)
+        for entry in list(running):
+            case, process, receive, started, got = entry
+            try:
+                while receive.poll():
+                    got.append(receive.recv())
+            except (EOFError, OSError):
+                pass
+            timed_out = time.monotonic() - started > timeout
+            if process.is_alive() and not timed_out:
+                continue
+            if timed_out:
+                process.kill()
+            process.join()
+            for target in targets[len(got):]:
+                status = "timeout" if timed_out else f"signal {-process.exitcode}" if process.exitcode and \
+                    process.exitcode < 0 else f"exit {process.exitcode}"
+                got.append({"case": case.name, "target": target, "status": "crashed", "message": status})
+            results.extend(got)
+            running.remove(entry)
+            done += 1
+            if progress:
+                print(f"\r{done}/{len(cases)} cases", end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    return results
+
+
+def summarize(results: list[dict], targets) -> list[str]:
+    lines = [f"{'target':14} {'cases':>6} {'compiled':>9} {'refused':>8} {'raw':>5} {'crashed':>8} "
+             f"{'int8-only':>10} {'all-NPU':>8} {'TFLM exact':>11} {'pte≈quant':>10}"]
+    for target in targets:
+        rows = [r for r in results if r["target"] == target]
+        compiled = [r for r in rows if r["status"] == "compiled"]
+        lines.append(
+            f"{target:14} {len(rows):>6} {len(compiled):>9} {sum(r['status'] == 'refused' for r in rows):>8} "
+            f"{sum(r['status'] == 'raw' for r in rows):>5} {sum(r['status'] == 'crashed' for r in rows):>8} "
+            f"{sum(r.get('int8_only', False) for r in compiled):>10} {sum(r.get('all_npu', False) for r in compiled):>8} "
+            f"{sum(r.get('tflm_exact', False) for r in compiled):>11} {sum(r.get('pte_matches', False) for r in compiled):>10}")
+    return lines
+
+
+def failures(results: list[dict]) -> list[str]:
+    """One line per case that failed a check (refusals are listed too: each should name a real limit)."""
+    lines = []
+    for r in sorted(results, key=lambda r: (r["status"], r["case"], r["target"])):
+        if r["status"] in ("raw", "crashed", "refused"):
+            lines.append(f"{r['case']} {r['target']}: {r['status']}: {r.get('message', '')}")
+        elif r.get("problems") or not r.get("int8_only", True):
+            detail = "; ".join(r.get("problems") or []) or "float op left on the CPU"
+            lines.append(f"{r['case']} {r['target']}: check: {detail}")
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", choices=TARGETS, action="append")
+    parser.add_argument("--filter", default="", help="only cases whose name contains this")
+    parser.add_argument("--limit", type=int, default=None, help="at most this many cases (in name order)")
+    parser.add_argument("--source", choices=("cortex_m", "nxp", "all"), default="all")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per case (all targets)")
+    parser.add_argument("--json", type=Path, help="write every case's record here")
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    import logging
+    logging.disable(logging.WARNING)
+
+    import _conformance_cases
+    import imxrt.pipeline  # noqa: F401  (imported once here, inherited by every child)
+
+    cases = {"cortex_m": _conformance_cases.cortex_m_cases, "nxp": _conformance_cases.nxp_cases,
+             "all": _conformance_cases.all_cases}[args.source]()
+    cases = [c for c in cases if args.filter in c.name]
+    cases.sort(key=lambda c: c.name)
+    if args.limit is not None:
+        cases = cases[:args.limit]
+    targets = tuple(args.target or TARGETS)
+    start = time.perf_counter()
+    results = run_all(cases, targets, args.jobs, args.timeout)
+    print(f"{len(cases)} upstream test cases x {len(targets)} targets in {time.perf_counter() - start:.0f} s")
+    print("\n".join(summarize(results, targets)))
+    failing = failures(results)
+    print(f"\n{len(failing)} failing or refused:")
+    print("\n".join(failing))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

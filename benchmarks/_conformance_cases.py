@@ -18,11 +18,10 @@ import importlib.machinery
 import importlib.util
 import io
 import pkgutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-import sys
 
 import torch
 
@@ -84,7 +83,6 @@ def _spec_shapes(spec) -> list[tuple[int, ...]]:
 def nxp_cases() -> list[Case]:
     """(model, input shapes) of every NXP node converter test that lowers a model."""
     import pytest
-
     import upstream_nxp
 
     upstream_nxp.ensure_neutron_sdk()
@@ -130,9 +128,7 @@ def _nxp_test_environment():
     only while the tests are collected."""
     import os
     import shutil
-    import sys
     import tempfile
-    import types
 
     folder = tempfile.mkdtemp(prefix="nxp-test-env-")
     fake = Path(folder) / "nsys"

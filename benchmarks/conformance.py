@@ -41,9 +41,9 @@ _QDQ_OPS = ("quantize_per_tensor", "dequantize_per_tensor")
 
 def run_case(case, target: str) -> dict:
     """Compile ``case`` for ``target`` and check it (in the child process)."""
+    import program_checks
     import torch
 
-    import program_checks
     from imxrt.errors import ImxrtError
     from imxrt.pipeline import CompileOptions, compile
 
@@ -149,11 +149,14 @@ def summarize(results: list[dict], targets) -> list[str]:
     for target in targets:
         rows = [r for r in results if r["target"] == target]
         compiled = [r for r in rows if r["status"] == "compiled"]
+
+        def count(key, rows=compiled):
+            return sum(bool(r.get(key)) for r in rows)
+
         lines.append(
             f"{target:14} {len(rows):>6} {len(compiled):>9} {sum(r['status'] == 'refused' for r in rows):>8} "
             f"{sum(r['status'] == 'raw' for r in rows):>5} {sum(r['status'] == 'crashed' for r in rows):>8} "
-            f"{sum(r.get('int8_only', False) for r in compiled):>10} {sum(r.get('all_npu', False) for r in compiled):>8} "
-            f"{sum(r.get('tflm_exact', False) for r in compiled):>11} {sum(r.get('pte_matches', False) for r in compiled):>10}")
+            f"{count('int8_only'):>10} {count('all_npu'):>8} {count('tflm_exact'):>11} {count('pte_matches'):>10}")
     return lines
 
 
@@ -184,6 +187,7 @@ def main(argv=None) -> int:
     logging.disable(logging.WARNING)
 
     import _conformance_cases
+
     import imxrt.pipeline  # noqa: F401  (imported once here, inherited by every child)
 
     cases = {"cortex_m": _conformance_cases.cortex_m_cases, "nxp": _conformance_cases.nxp_cases,

@@ -27,7 +27,14 @@ from imxrt.cpu import scratch
 from imxrt.cpu.isa import Isa
 from imxrt.cpu.lowering_graph import Editor
 from imxrt.kernels import activations, elementwise
-from imxrt.kernels.requantize import INT8_MAX, INT8_MIN, quantize_multiplier, quantize_multiplier_scalar, quantize_value
+from imxrt.kernels.requantize import (
+    INT8_MAX,
+    INT8_MIN,
+    fully_connected_multiplier,
+    quantize_multiplier,
+    quantize_multiplier_scalar,
+    quantize_value,
+)
 from imxrt.passes.qdq import (
     DEQUANTIZE_PER_CHANNEL,
     DEQUANTIZE_PER_TENSOR,
@@ -264,9 +271,8 @@ def _fully_connected(rw: Rewrite, x_dq: Node, weight: torch.Tensor, weight_node:
     act_min, act_max = rw.activation_range(out)
     if len(set(scales.tolist())) == 1:
         # A per-tensor weight (the quantizer's linear): the stock kernel takes one multiplier, computed as
-        # TFLM's FULLY_CONNECTED does (GetQuantizedConvolutionMultipler: s_in * s_w in float32, / s_out).
-        product = np.float32(q_in.scale) * np.float32(scales[0])
-        multipliers, shifts = quantize_multiplier(float(product) / float(np.float32(out.scale)))
+        # TFLM's FULLY_CONNECTED does.
+        multipliers, shifts = quantize_multiplier(fully_connected_multiplier(q_in.scale, scales[0], out.scale))
     else:
         multipliers, shifts = quantize_multiplier(np.float64(q_in.scale) * scales / np.float64(out.scale))
     weights = weight_node if weight_node is not None else rw.constant("weight", weight.contiguous())

@@ -42,6 +42,13 @@ def quantize_multiplier(real_multipliers) -> tuple[np.ndarray, np.ndarray]:
     return np.where(flushed, 0, q), np.where(flushed, 0, shift)
 
 
+def fully_connected_multiplier(input_scale: float, weight_scale: float, output_scale: float) -> float:
+    """TFLM's real FULLY_CONNECTED multiplier (GetQuantizedConvolutionMultipler): the float32 scales the
+    .tflite stores, multiplied and divided in double. A float32 product (1711515934 instead of 1711515903 on
+    one of ExecuTorch's test models) moves results that sit on a rounding boundary by one."""
+    return float(np.float32(input_scale)) * float(np.float32(weight_scale)) / float(np.float32(output_scale))
+
+
 def quantize_multiplier_scalar(real: float) -> tuple[int, int]:
     multiplier, shift = quantize_multiplier(real)
     return int(multiplier[0]), int(shift[0])

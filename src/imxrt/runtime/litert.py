@@ -19,7 +19,13 @@ from ai_edge_litert import schema_py_generated as schema
 
 from imxrt.errors import ImxrtError
 from imxrt.kernels import activations, conv, elementwise, fully_connected, movement, pooling, reduce, softmax
-from imxrt.kernels.requantize import activation_range, prepare_requantize, quantize_multiplier, requantize
+from imxrt.kernels.requantize import (
+    activation_range,
+    fully_connected_multiplier,
+    prepare_requantize,
+    quantize_multiplier,
+    requantize,
+)
 
 Op = schema.BuiltinOperator
 _BUILTIN_NAMES = {code: name for name, code in vars(Op).items() if name.isupper()}
@@ -264,9 +270,8 @@ def _prepare_fully_connected(op: _Operator) -> Evaluate | BlasFree:
     if len(weight_scales) > 1:
         multipliers, shifts = _requantize_multipliers(op, FC_INPUT, FC_WEIGHTS, weights.shape[0])
     else:
-        # GetQuantizedConvolutionMultipler: the scale product is taken in float32, then divided in double.
-        product = np.float32(op.scale(FC_INPUT)) * np.float32(weight_scales[0])
-        multipliers, shifts = quantize_multiplier(float(product) / float(op.scale(OUTPUT, True)))
+        multipliers, shifts = quantize_multiplier(fully_connected_multiplier(
+            op.scale(FC_INPUT), weight_scales[0], op.scale(OUTPUT, True)))
     params = fully_connected.prepare_fully_connected(
         weights, _optional_bias(op, FC_BIAS), op.zero_point(FC_INPUT), multipliers, shifts,
         op.zero_point(OUTPUT, True), *op.fused(), op.shape(OUTPUT, True))

@@ -57,7 +57,9 @@ def run_case(case, target: str) -> dict:
                        for _ in range(CALIBRATION_SAMPLES)]
         example = calibration[0]
     try:
-        result = compile(case.model.eval(), example, target, calibration, CompileOptions(show_progress=False))
+        # The reference compiler explicitly: the NXP cases load the SDK stand-in, which "auto" would pick.
+        options = CompileOptions(show_progress=False, neutron_compiler="reference")
+        result = compile(case.model.eval(), example, target, calibration, options)
     except ImxrtError as e:
         return {**record, "status": "refused", "message": str(e).splitlines()[0]}
     except Exception as e:  # noqa: BLE001  (what this suite counts)
@@ -185,6 +187,12 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore")
     import logging
     logging.disable(logging.WARNING)
+
+    import torch
+
+    # One intra-op thread from the start: each case runs in a forked child, and an OpenMP pool the parent
+    # had started hangs a forked child's first parallel op. Two children at a time use the cores instead.
+    torch.set_num_threads(1)
 
     import _conformance_cases
 

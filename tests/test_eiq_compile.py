@@ -137,6 +137,8 @@ def test_delegates_hold_the_runtime_payload_mapped_onto_the_program_tensors(sdk)
     assert summary_lines(result.report)[0] == "target imxrt700 (Neutron compiler: eiq; delegates hold device microcode)"
     # the memory report counts the scratch the microcode header asks the runtime for (4096 in the test double)
     assert result.report["memory"]["npu_scratch_bytes"] == [payload.header.scratch_bytes] == [4096]
+    # and the call's temp allocation as the stock runtime makes it: 2 + (2 + 3) pointers, then the scratch
+    assert result.report["memory"]["delegate_temp_bytes"] == [32 + 4096]
     assert _compile(_seeded(TwoInTwoOut), _inputs()).pte == result.pte, "two compiles in one process differ"
 
 

@@ -109,7 +109,8 @@ def test_report_adds_arena_npu_scratch_and_method_allocator_and_names_the_peak(p
     (arena,) = memory["arenas"]
     sram = memory["sram"]
     assert arena["arena_bytes"] == _arena(ours) and arena["ratio_to_bound"] == 1.0
-    assert sram["total_bytes"] == sram["arena_bytes"] + sram["npu_scratch_bytes"] + sram["method_allocator_bytes"]
+    assert sram["temp_allocator_bytes"] == 0  # no delegate on the CPU target
+    assert sram["total_bytes"] == sram["arena_bytes"] + sram["method_allocator_bytes"]
     assert 0 < sram["method_allocator_bytes"] < 64 * 1024 and sram["budget_from"] == "target"
     assert memory["flash"]["pte_bytes"] == len(ours) > memory["flash"]["constant_bytes"] > 0
     sizes = [t["bytes"] for t in arena["peak_tensors"]]
@@ -125,6 +126,32 @@ def test_npu_scratch_is_each_partitions_own(tmp_path):
     expected = [payload.unpack(blob).metadata["scratch_bytes"] for blob in blobs]
     assert result.report["memory"]["npu_scratch_bytes"] == expected and sum(expected) > 0
 
+
+
+class TwoPartitions(nn.Module):
+    """Two NPU partitions around a float op the NPU does not run."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        return self.b(torch.sin(torch.relu(self.a(x))))
+
+
+def test_sram_counts_the_largest_delegate_calls_temp_allocation_not_the_sum_of_npu_scratch():
+    """The stock NeutronBackend takes each call's scratch from the temp allocator, which the runtime resets
+    after every instruction: two partitions need the larger call's bytes. A call with one input and one
+    output takes 4 + 16 bytes of pointer tables, then its scratch at the next 16-byte boundary."""
+    torch.manual_seed(0)
+    result = compile(TwoPartitions().eval(), INPUTS, "imxrt700", [INPUTS], CompileOptions(show_progress=False))
+    memory = result.report["memory"]
+    scratch, temp = memory["npu_scratch_bytes"], memory["delegate_temp_bytes"]
+    assert len(scratch) == 2 and min(scratch) > 0
+    assert temp == [32 + s for s in scratch]
+    sram = memory["sram"]
+    assert sram["temp_allocator_bytes"] == max(temp) < sum(scratch)
+    assert sram["total_bytes"] == sram["arena_bytes"] + max(temp) + sram["method_allocator_bytes"]
 
 
 def test_npu_scratch_is_the_lower_bound_of_the_partitions_intermediate_tensors():

@@ -63,7 +63,7 @@ def _report() -> dict:
                         "tensors": 4, "peak_step": 3,
                         "peak_tensors": [{"name": "x", "bytes": 4096, "role": "input"}], "buffers": buffers}],
             "npu_scratch_bytes": [800], "method_allocator_bytes": 300,
-            "sram": {"arena_bytes": 5120, "npu_scratch_bytes": 800, "method_allocator_bytes": 300,
+            "sram": {"arena_bytes": 5120, "temp_allocator_bytes": 800, "method_allocator_bytes": 300,
                      "total_bytes": 6220, "budget_bytes": 65536, "budget_from": "target", "fits": True},
             "flash": {"pte_bytes": 9000, "constant_bytes": 4000, "delegate_bytes": 2048, "budget_bytes": None,
                       "fits": None}},

@@ -1,8 +1,10 @@
 """Memory stage, the report: what the program needs of SRAM and flash (``report.json``'s ``memory``).
 
 SRAM = the planned arenas (activations, program inputs and outputs, CMSIS-NN scratch: one per memory id)
-+ each NPU partition's own scratch (planned by the Neutron compiler, allocated by its delegate, never
-shared with the arena) + the runtime's method allocator (an estimate, see ``method_allocator_bytes``).
++ the runtime's temp allocator (the stock ``NeutronBackend`` takes each call's NPU scratch, profile and
+debug buffers, pointer tables and any layout copy from it, and the runtime resets it after every
+instruction: the program needs the largest call's, not the sum, see ``delegate_temp_bytes``)
++ the runtime's method allocator (an estimate, see ``method_allocator_bytes``).
 Flash = the whole ``.pte`` (constant tensors, delegate payloads, the program itself).
 
 Every figure comes from the serialized ``.pte`` and the plans the planner recorded while writing it.
@@ -17,7 +19,7 @@ from executorch.exir import schema
 from imxrt.memory.lifetimes import Buffer
 from imxrt.memory.planning import MemoryPlan
 from imxrt.npu import microcode_payload, payload
-from imxrt.runtime.program import ProgramFile, read_program
+from imxrt.runtime.program import ProgramFile, read_program, tensor_nbytes
 from imxrt.targets import Target
 
 PEAK_TENSORS = 5  # the largest live tensors at the peak named in the report
@@ -31,6 +33,7 @@ SPAN_BYTES = 8  # a pointer and a length
 CHAIN_BYTES = 16
 BACKEND_DELEGATE_BYTES = 32
 ALLOCATION_ALIGNMENT = 8
+NPU_BUFFER_ALIGNMENT = 16  # NeutronBackend's BUFFER_ALIGNMENT
 
 
 def _aligned(nbytes: int) -> int:
@@ -79,6 +82,70 @@ def npu_scratch_bytes(program: ProgramFile) -> list[int]:
     return result
 
 
+def delegate_temp_bytes(program: ProgramFile) -> list[int]:
+    """What each delegate call takes from the temp allocator, in execution order, allocation by allocation
+    as the stock ``NeutronBackend::execute`` makes them on a 32-bit core: the input and output pointer
+    tables (three extra output slots), the scratch, profile and debug buffers (16-byte aligned), and a
+    16-byte aligned copy of every tensor it must transpose (format flag 1, contiguous dim order, more than
+    one channel)."""
+    plan = program.plan
+    result = []
+    for chain in plan.chains:
+        for instruction in chain.instructions:
+            call = instruction.instr_args
+            if not isinstance(call, schema.DelegateCall):
+                continue
+            blob = program.delegate_data[plan.delegates[call.delegate_index].processed.index]
+            ios = _delegate_io(blob, len(call.args))
+            if ios is None:
+                result.append(0)
+                continue
+            buffers, flagged = ios
+            at = 0
+
+            def take(nbytes: int, alignment: int = POINTER_BYTES) -> None:
+                nonlocal at
+                at = -(-at // alignment) * alignment + nbytes
+
+            n_in = sum(kind == "in" for kind, _ in flagged)
+            take(POINTER_BYTES * n_in)
+            take(POINTER_BYTES * (len(flagged) - n_in + 3))
+            for nbytes in buffers:
+                take(nbytes, NPU_BUFFER_ALIGNMENT)
+            for _, arg in flagged:
+                value = plan.values[call.args[arg]].val if arg is not None else None
+                if isinstance(value, schema.Tensor) and _transposed_by_runtime(value):
+                    take(tensor_nbytes(value), NPU_BUFFER_ALIGNMENT)
+            result.append(at)
+    return result
+
+
+def _delegate_io(blob: bytes, n_args: int) -> tuple[list[int], list[tuple[str, int | None]]] | None:
+    """A payload's per-call buffers (scratch, profile, debug) and, inputs then outputs, each tensor's
+    position among the call's arguments where its format flag asks for NHWC (``None`` where it does not)."""
+    if payload.is_reference(blob):
+        meta = payload.unpack(blob).metadata
+        first_output = n_args - len(meta["outputs"])
+        flagged = [("in", e["arg"] if e["format_flag"] else None) for e in meta["inputs"]]
+        flagged += [("out", first_output + e["arg"] if e["format_flag"] else None) for e in meta["outputs"]]
+        return [int(meta.get("scratch_bytes", 0)), 0, 0], flagged
+    if microcode_payload.is_microcode_payload(blob):
+        parsed = microcode_payload.parse(blob)
+        header = parsed.header
+        flagged = [("in", arg if flag else None)
+                   for flag, arg in zip(parsed.input_flags, parsed.input_map, strict=True)]
+        flagged += [("out", parsed.n_args + arg if flag else None)
+                    for flag, arg in zip(parsed.output_flags, parsed.output_map, strict=True)]
+        return [header.scratch_bytes, header.profile_bytes, header.debug_bytes], flagged
+    return None
+
+
+def _transposed_by_runtime(tensor: schema.Tensor) -> bool:
+    rank = len(tensor.sizes)
+    contiguous = list(tensor.dim_order) == list(range(rank))
+    return rank >= 3 and tensor.sizes[rank - 3] != 1 and contiguous
+
+
 def _memory_entry(plan: MemoryPlan) -> dict:
     by_index = {b.index: b for b in plan.buffers}
     bound = plan.bound.nbytes
@@ -110,19 +177,21 @@ def memory_report(plans: Sequence[MemoryPlan], pte: bytes, target: Target, sram_
     program = read_program(pte)
     arenas = [_memory_entry(plan) for plan in sorted(plans, key=lambda p: p.memory_id)]
     npu = npu_scratch_bytes(program)
+    temp = delegate_temp_bytes(program)
     runtime = method_allocator_bytes(program)
     arena_total = sum(entry["arena_bytes"] for entry in arenas)
     budget = sram_budget if sram_budget is not None else target.sram_bytes
     constants = sum(len(data) for data in program.constants)
     delegates = sum(len(data) for data in program.delegate_data)
-    total = arena_total + sum(npu) + runtime
+    total = arena_total + max(temp, default=0) + runtime
     return {
         "arenas": arenas,
         "npu_scratch_bytes": npu,
+        "delegate_temp_bytes": temp,
         "method_allocator_bytes": runtime,
         "sram": {
             "arena_bytes": arena_total,
-            "npu_scratch_bytes": sum(npu),
+            "temp_allocator_bytes": max(temp, default=0),
             "method_allocator_bytes": runtime,
             "total_bytes": total,
             "budget_bytes": budget,
@@ -148,7 +217,8 @@ def summary_lines(memory: dict) -> list[str]:
                      f"lower bound {arena['lower_bound_bytes']:,} B (x{arena['ratio_to_bound']:.3f}); "
                      f"ExecuTorch's default plan {arena['executorch_default_bytes']:,} B")
     budget = f" of {sram['budget_bytes']:,} B" if sram["budget_bytes"] is not None else ""
-    lines.append(f"SRAM {sram['total_bytes']:,} B{budget}: arena {sram['arena_bytes']:,} + NPU scratch "
-                 f"{sram['npu_scratch_bytes']:,} + method allocator ~{sram['method_allocator_bytes']:,}; "
+    lines.append(f"SRAM {sram['total_bytes']:,} B{budget}: arena {sram['arena_bytes']:,} + temp allocator "
+                 f"(NPU scratch, largest call) {sram['temp_allocator_bytes']:,} + method allocator "
+                 f"~{sram['method_allocator_bytes']:,}; "
                  f"flash (.pte) {memory['flash']['pte_bytes']:,} B")
     return lines

@@ -16,7 +16,7 @@ DEVICE_COLOURS = {"npu": "#17946e", "cpu int8": "#3568b8", "cpu float": "#e0672a
 OVERHEAD_COLOUR = "#9aa3ad"
 # Memory roles of planned tensors (lifetimes.Buffer.role).
 ROLE_COLOURS = {"input": "#8a63c2", "output": "#c2407e", "activation": "#4c9ed9", "scratch": "#e2a21b"}
-BUDGET_COLOURS = {"arena": "#4c9ed9", "NPU scratch": "#17946e", "method allocator": "#8a63c2",
+BUDGET_COLOURS = {"arena": "#4c9ed9", "temp allocator (NPU scratch)": "#17946e", "method allocator": "#8a63c2",
                   "constants": "#4c9ed9", "NPU payloads": "#17946e", "program": "#8a63c2"}
 
 CHART_WIDTH = 1000  # SVG user units; the charts scale to the page width
@@ -154,7 +154,8 @@ def _budget_bar(title: str, parts: list[tuple[str, float]], budget: float | None
 def _budgets(report: dict) -> str:
     memory = report["memory"]
     sram, flash = memory["sram"], memory["flash"]
-    sram_parts = [("arena", _num(sram["arena_bytes"])), ("NPU scratch", _num(sram["npu_scratch_bytes"])),
+    sram_parts = [("arena", _num(sram["arena_bytes"])),
+                  ("temp allocator (NPU scratch)", _num(sram["temp_allocator_bytes"])),
                   ("method allocator", _num(sram["method_allocator_bytes"]))]
     budget = sram.get("budget_bytes")
     source = {"--sram-budget": " (from --sram-budget)",

@@ -118,3 +118,66 @@ def test_an_internal_error_is_one_compiler_bug_naming_its_stage(monkeypatch):
     with pytest.raises(CompilerBug, match=r"lower stage \(TypeError: unexpected\)") as error:
         _compile(nn.Linear(4, 4), [(1, 4)], "imxrt700-cpu")
     assert isinstance(error.value.__cause__, TypeError)
+
+
+class ShuffleBlock(nn.Module):
+    """ShuffleNetV2's channel shuffle between two convolutions, after an in-place dropout."""
+
+    def __init__(self, groups=2):
+        super().__init__()
+        self.groups = groups
+        self.a, self.b = nn.Conv2d(4, 8, 1), nn.Conv2d(8, 8, 1)
+        self.drop = nn.Dropout(0.2, inplace=True)
+
+    def forward(self, x):
+        x = self.drop(torch.relu(self.a(x)))
+        b, c, h, w = x.shape
+        x = x.view(b, self.groups, c // self.groups, h, w).transpose(1, 2).contiguous().view(b, c, h, w)
+        return self.b(x)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_channel_shuffle_and_in_place_dropout_compile_to_one_int8_program(target):
+    """Dropping the ``contiguous()`` left a ``view`` of transposed strides that failed at calibration ("view
+    size is not compatible"); ``nn.Dropout(inplace=True)`` (``aten.dropout_``) stayed in the graph, a
+    dequantize/quantize pair that split the partition."""
+    torch.manual_seed(0)
+    result, cal = _compile(ShuffleBlock(), [(1, 4, 5, 5)], target)
+    summary = result.report["summary"]
+    assert summary["ops_cpu_float"] == 0
+    if target == "imxrt700":
+        assert summary["partitions"] == 1
+    for inputs in cal[:3]:
+        check_case(result, inputs)
+
+
+def test_a_training_mode_dropout_is_kept():
+    """Only an inference-mode dropout is a no-op (every dropout form, in place or not)."""
+    from imxrt.passes.remove_noops import _DROPOUTS, RemoveNoOpsPass
+
+    for op in sorted(_DROPOUTS, key=str):
+        graph = torch.fx.Graph()
+        x = graph.placeholder("x")
+        x.meta["val"] = torch.empty(1, 4)
+        kept, dropped = graph.call_function(op, (x, 0.5, True)), graph.call_function(op, (x, 0.5, False))
+        for node in (kept, dropped):
+            node.meta["val"] = torch.empty(1, 4)
+        graph.output((kept, dropped))
+        gm = RemoveNoOpsPass()(torch.fx.GraphModule(torch.nn.Module(), graph)).graph_module
+        assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == [op], op
+
+
+def test_a_collapsed_permutation_moves_the_same_bytes():
+    """Seeded: any shape (with size-1 dimensions) and permutation, the collapsed transpose of the reshaped
+    tensor reads the same elements in the same order."""
+    from imxrt.cpu.lowering_rules import collapsed_permutation
+
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        rank = int(rng.integers(1, 7))
+        shape = [int(rng.choice([1, 1, 2, 3])) for _ in range(rank)]
+        perm = [int(d) for d in rng.permutation(rank)]
+        x = np.arange(int(np.prod(shape))).reshape(shape)
+        small_shape, small_perm = collapsed_permutation(shape, perm)
+        assert len(small_shape) <= rank
+        assert (x.transpose(perm).ravel() == x.reshape(small_shape).transpose(small_perm).ravel()).all()

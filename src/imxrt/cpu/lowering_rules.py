@@ -620,14 +620,43 @@ def lower_pad(rw: Rewrite) -> Node:
     return rw.emit(cortex_m("pad"), (rw.int8(x_dq), pre, post, pad_value))
 
 
+def collapsed_permutation(shape, perm) -> tuple[list[int], list[int]]:
+    """The same byte movement at the lowest rank: size-1 dimensions dropped, and input dimensions that stay
+    neighbours in the output merged (ShuffleNet's [1, g, c/g, H, W] by [0, 2, 1, 3, 4] is [g, c/g, H*W]
+    by [1, 0, 2]). Returns (shape, perm); an identity perm moves nothing."""
+    kept = [d for d in perm if shape[d] != 1]
+    groups: list[list[int]] = []
+    for d in kept:
+        if groups and d == groups[-1][-1] + 1:
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+    order = sorted(range(len(groups)), key=lambda g: groups[g][0])
+    sizes = [int(np.prod([shape[d] for d in groups[g]])) for g in order]
+    return sizes, [order.index(g) for g in range(len(groups))]
+
+
 def lower_permute(rw: Rewrite) -> Node:
-    """permute_copy -> cortex_m transpose (rank <= 4)."""
+    """permute_copy -> cortex_m transpose (rank <= 4), at the lowest rank that moves the same bytes (views
+    of the int8 tensor around it), or a view alone where no bytes move."""
     x_dq, dims = rw.anchor.args[:2]
     rw.shared_qparams(x_dq)
-    rank = len(shape_of(x_dq))
-    if rank > 4:
-        raise NotLowered(f"transpose of a rank-{rank} tensor (the kernel takes rank <= 4)")
-    return rw.emit(cortex_m("transpose"), (rw.int8(x_dq), [int(d) % rank for d in dims]))
+    in_shape = shape_of(x_dq)
+    rank = len(in_shape)
+    perm = [int(d) % rank for d in dims]
+    x = rw.int8(x_dq)
+    if rank <= 4:
+        return rw.emit(cortex_m("transpose"), (x, perm))
+    shape, small_perm = collapsed_permutation(in_shape, perm)
+    out_shape = list(shape_of(rw.cluster.quantizes[0]))
+    if small_perm == sorted(small_perm):
+        return rw.emit(edge.view_copy.default, (x, out_shape))
+    if len(shape) > 4:
+        raise NotLowered(f"transpose of a rank-{rank} tensor that is rank {len(shape)} at its lowest (the "
+                         "kernel takes rank <= 4)")
+    x = rw.emit(edge.view_copy.default, (x, shape), val=rw.like(shape))
+    moved = rw.emit(cortex_m("transpose"), (x, small_perm), val=rw.like([shape[p] for p in small_perm]))
+    return rw.emit(edge.view_copy.default, (moved, out_shape))
 
 
 def lower_portable(rw: Rewrite) -> Node:

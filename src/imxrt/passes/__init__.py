@@ -9,7 +9,7 @@ from imxrt.passes.convert_div_to_mul import ConvertDivToMulPass
 from imxrt.passes.convert_pad_to_core_op import ConvertPadToCoreOpPass
 from imxrt.passes.convert_scalar_operands_to_float import ConvertScalarOperandsToFloatPass
 from imxrt.passes.fold_batch_norm import FoldBatchNormPass
-from imxrt.passes.remove_identity_as_strided import RemoveIdentityAsStridedPass
+from imxrt.passes.remove_identity_copies import RemoveIdentityCopiesPass
 from imxrt.passes.remove_noops import RemoveNoOpsPass
 from imxrt.passes.unshare_parameters import UnshareParametersPass
 
@@ -21,7 +21,7 @@ ATEN_PASSES = (RemoveNoOpsPass, FoldBatchNormPass, ConvertConv1dToConv2dPass, Co
 
 
 # Run by to_edge_transform_and_lower after decomposition, before the partitioners see the graph.
-EDGE_PASSES = (RemoveIdentityAsStridedPass,)
+EDGE_PASSES = (RemoveIdentityCopiesPass,)
 
 
 def run_aten_passes(gm: GraphModule, fold_batch_norm: bool = True) -> GraphModule:

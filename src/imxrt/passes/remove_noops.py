@@ -1,7 +1,10 @@
 """RemoveNoOpsPass: drop ops that do nothing at inference.
 
     %y = dropout(%x, 0.2, False)  →  (%y replaced by %x)
-Also identity clones, contiguous, alias and detach: memory format is the compiler's choice, not the model's.
+Also their in-place forms (``nn.Dropout(inplace=True)``), identity clones, contiguous, alias and detach:
+memory format is the compiler's choice, not the model's. A ``view`` downstream of a dropped copy may then
+see strides it cannot view (ShuffleNet's ``transpose(1, 2).contiguous().view(...)``): it becomes
+``reshape``, which is the same view where the strides allow and a copy where they do not.
 """
 
 from __future__ import annotations
@@ -14,12 +17,22 @@ from imxrt.passes._graph import finish
 
 aten = torch.ops.aten
 
-_NO_OPS = frozenset(
+# (x, p, train): a no-op unless train is set
+_DROPOUTS = frozenset(
     {
         aten.dropout.default,
         aten.feature_dropout.default,
         aten.alpha_dropout.default,
         aten.feature_alpha_dropout.default,
+        aten.dropout_.default,
+        aten.feature_dropout_.default,
+        aten.alpha_dropout_.default,
+        aten.feature_alpha_dropout_.default,
+    }
+)
+
+_NO_OPS = _DROPOUTS | frozenset(
+    {
         aten.clone.default,
         aten.contiguous.default,
         aten.alias.default,
@@ -34,6 +47,7 @@ class RemoveNoOpsPass(PassBase):
 
     def call(self, gm: GraphModule) -> PassResult:
         modified = False
+        restrided = []
         for node in list(gm.graph.nodes):
             if node.op != "call_function" or node.target not in _NO_OPS:
                 continue
@@ -41,9 +55,25 @@ class RemoveNoOpsPass(PassBase):
             before, after = source.meta.get("val"), node.meta.get("val")
             if before is None or after is None or before.shape != after.shape or before.dtype != after.dtype:
                 continue
-            if node.target in (aten.dropout.default, aten.feature_dropout.default) and node.args[2]:
+            if node.target in _DROPOUTS and node.args[2]:
                 continue  # training-mode dropout is not a no-op
+            if before.stride() != after.stride():
+                restrided.extend(node.users)
             node.replace_all_uses_with(source)
             gm.graph.erase_node(node)
             modified = True
+        _views_to_reshapes(restrided)
         return PassResult(finish(gm) if modified else gm, modified)
+
+
+def _views_to_reshapes(starts: list) -> None:
+    """Every ``view`` at or downstream of ``starts`` becomes ``reshape``."""
+    seen, pending = set(), list(starts)
+    while pending:
+        node = pending.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op == "call_function" and node.target == aten.view.default:
+            node.target = aten.reshape.default
+        pending.extend(node.users)

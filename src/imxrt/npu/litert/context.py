@@ -342,7 +342,7 @@ class LoweringContext:
 
     @staticmethod
     def _is_pass_through(user: Node) -> bool:
-        # (an identity as_strided_copy is gone already: passes.RemoveIdentityAsStridedPass; any other
+        # (an identity as_strided_copy is gone already: passes.RemoveIdentityCopiesPass; any other
         # restride can move values and is no pass-through)
         if user.target in _PASS_THROUGH:
             return True

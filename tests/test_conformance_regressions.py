@@ -181,3 +181,46 @@ def test_a_collapsed_permutation_moves_the_same_bytes():
         small_shape, small_perm = collapsed_permutation(shape, perm)
         assert len(small_shape) <= rank
         assert (x.transpose(perm).ravel() == x.reshape(small_shape).transpose(small_perm).ravel()).all()
+
+
+_ONE_CHANNEL_POOLS = """
+import hashlib, json, sys, torch
+if sys.argv[1] == "executorch":
+    import executorch.backends.cortex_m.passes  # noqa: F401  (ExecuTorch's cortex_m op module)
+from imxrt.pipeline import CompileOptions, compile
+out = []
+for model in (torch.nn.AvgPool2d(3, 2, padding=1, count_include_pad=True), torch.nn.MaxPool2d(2)):
+    x = (torch.randn(1, 1, 4, 4, generator=torch.Generator().manual_seed(0)),)
+    result = compile(model.eval(), x, "imxrt700-cpu", [x], CompileOptions(show_progress=False))
+    out.append(hashlib.sha256(result.pte).hexdigest())
+print(json.dumps(out))
+"""
+
+
+def test_a_program_does_not_depend_on_executorchs_cortex_m_module_being_imported():
+    """With ExecuTorch's cortex_m op module imported, its fakes traced our one-channel pad (planned as
+    (1, 3, 4, 6) for a (1, 1, 6, 6) result: the runtime refused the program) and pools (dim order
+    [0, 2, 1, 3]). The same model gives the same bytes either way."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("tosa_serializer") is None:
+        pytest.skip("ExecuTorch's cortex_m op module needs tosa-tools")
+    runs = [subprocess.run([sys.executable, "-c", _ONE_CHANNEL_POOLS, mode], capture_output=True, text=True,
+                           timeout=600) for mode in ("plain", "executorch")]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-3000:]
+    plain, with_executorch = (run.stdout.strip().splitlines()[-1] for run in runs)
+    assert plain == with_executorch
+
+
+def test_one_channel_values_are_serialized_contiguous():
+    """A [N, 1, H, W] value laid out channels_last reads as dim order [0, 2, 1, 3] (its C and W strides tie),
+    which no kernel takes; it is given the contiguous order, the same bytes."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 1, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.AvgPool2d(3, 1, 1))
+    for target in TARGETS:
+        result, cal = _compile(model, [(1, 3, 8, 8)], target)
+        assert odd_dim_orders(result.pte) == []
+        check_case(result, cal[0])

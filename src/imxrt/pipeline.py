@@ -31,6 +31,7 @@ from torchao.quantization.pt2e import move_exported_model_to_eval, move_exported
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
 
 from imxrt import firmware
+from imxrt.cpu import ops as cortex_m_ops
 from imxrt.cpu.lowering import lower_to_cortex_m
 from imxrt.errors import BadModel, BadOption, CompilerBug, ImxrtError
 from imxrt.memory.budget import check_sram_budget, check_tensors_fit
@@ -382,7 +383,8 @@ def lower(
         partitioner.delegation_spec.compile_specs.extend(converter_compile_specs(options.converter))
         edge = edge.to_backend(partitioner)
     stamp_delegate_ids(edge)
-    lowered = lower_to_cortex_m(edge, target.cpu.isa, placement_log)
+    with cortex_m_ops.own_fakes():
+        lowered = lower_to_cortex_m(edge, target.cpu.isa, placement_log)
     if options.io == "int8":
         make_io_int8(lowered.exported_program())
     lowered._etrecord = edge._etrecord  # a new manager: carry the record on, as ExecuTorch's own stages do
@@ -407,5 +409,6 @@ def to_executorch(edge: EdgeProgramManager, memory_planner: ImxrtMemoryPlanner |
         for node in edge.exported_program(name).graph.nodes:
             node.meta.setdefault(EDGE_NAME, node.name)
     planning = memory_planning_pass(memory_planner or ImxrtMemoryPlanner())
-    return edge.to_executorch(ExecutorchBackendConfig(extract_delegate_segments=True,
-                                                      memory_planning_pass=planning))
+    with cortex_m_ops.own_fakes():  # the retrace must lay the cortex_m results out as the lowering did
+        return edge.to_executorch(ExecutorchBackendConfig(extract_delegate_segments=True,
+                                                          memory_planning_pass=planning))

@@ -62,6 +62,16 @@ def _same_bytes(value: torch.Tensor) -> bool:
     return channels == 1 or height * width == 1
 
 
+def _serializable(node: Node, order: tuple[int, ...]) -> tuple[int, ...]:
+    """The dim order a [N, 1, H, W] value is given for channels_last: contiguous, the same bytes. Its
+    channels_last strides tie C with W, and ExecuTorch reads the dim order off the strides as [0, 2, 1, 3],
+    an order no kernel takes; the stock Neutron runtime wants one channel contiguous as well."""
+    value = _value(node)
+    if order == CHANNELS_LAST and value is not None and value.dim() == 4 and value.shape[1] == 1:
+        return CONTIGUOUS
+    return order
+
+
 def _input_order(node: Node) -> tuple[int, ...]:
     """A model input keeps the dim order its example had (a channels_last image stays channels_last)."""
     value = _value(node)
@@ -146,6 +156,8 @@ def assign_dim_orders(graph: Graph) -> int:
             wanted, produced = {}, order.get(rank4_inputs[0], CONTIGUOUS) if _rank4(node) else CONTIGUOUS
         else:
             wanted, produced = {a: CONTIGUOUS for a in rank4_inputs}, CONTIGUOUS
+        wanted = {a: _serializable(a, w) for a, w in wanted.items()}
+        produced = _serializable(node, produced)
         if any(order.get(a, CONTIGUOUS) != w for a, w in wanted.items()):
             node.args = _map_nodes(node.args, wanted, node, converted)
         if node.target == cortex_m("pad") and produced == CHANNELS_LAST:

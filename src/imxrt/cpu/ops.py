@@ -32,9 +32,10 @@ own is a circular import in ExecuTorch itself, with or without imxrt).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -230,6 +231,30 @@ def _register_out_kernels() -> Library:
         library.impl(f"{op.name}.out", out_kernel(op), "CPU")
         library.impl(f"{op.name}.out", _out_meta, "Meta")
     return library
+
+
+def _active_fake(op: CortexMOp) -> Callable | None:
+    kernel = torch._library.simple_registry.singleton.find(f"{NAMESPACE}::{op.name}").fake_impl.kernel
+    return None if kernel is None else kernel.func
+
+
+@contextlib.contextmanager
+def own_fakes() -> Iterator[None]:
+    """Our fake implementations for the duration (restored on exit): after ExecuTorch's op module has taken
+    the definitions over, torch would trace our graphs with its fakes, which lay a one-channel result out
+    channels_last (a dim order no kernel takes) and read a one-channel pad's amounts in another order than
+    the dim order the program holds. A program must not depend on which modules the user imported."""
+    library = None
+    try:
+        for op in OPS:
+            if _active_fake(op) is op.fake:
+                continue
+            library = library or Library(NAMESPACE, "FRAGMENT")
+            torch.library.register_fake(f"{NAMESPACE}::{op.name}", op.fake, lib=library, allow_override=True)
+        yield
+    finally:
+        if library is not None:
+            library._destroy()  # deregisters our fakes: ExecuTorch's are active again
 
 
 class _StepAsideLoader(importlib.abc.Loader):

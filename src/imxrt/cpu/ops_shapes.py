@@ -44,7 +44,10 @@ def _pair(values) -> tuple[int, int]:
 
 
 def _nchw_int8(input: torch.Tensor, shape) -> torch.Tensor:
-    return torch.empty(shape, dtype=torch.int8, device=input.device, memory_format=torch.channels_last)
+    """Channels_last, but contiguous for one channel: the same bytes, and the one order of the two that
+    ExecuTorch reads unambiguously off the strides (channels_last ties C with W)."""
+    layout = torch.contiguous_format if shape[NCHW_CHANNELS] == 1 else torch.channels_last
+    return torch.empty(shape, dtype=torch.int8, device=input.device, memory_format=layout)
 
 
 def _as_nchw(input: torch.Tensor) -> torch.Tensor:

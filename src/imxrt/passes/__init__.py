@@ -9,15 +9,17 @@ from imxrt.passes.convert_div_to_mul import ConvertDivToMulPass
 from imxrt.passes.convert_pad_to_core_op import ConvertPadToCoreOpPass
 from imxrt.passes.convert_scalar_operands_to_float import ConvertScalarOperandsToFloatPass
 from imxrt.passes.fold_batch_norm import FoldBatchNormPass
+from imxrt.passes.functionalize_in_place import FunctionalizeInPlacePass
 from imxrt.passes.remove_identity_copies import RemoveIdentityCopiesPass
 from imxrt.passes.remove_noops import RemoveNoOpsPass
 from imxrt.passes.unshare_parameters import UnshareParametersPass
 
-# Order matters: no-ops go first so a dropout between conv and batch norm does not block folding;
+# Order matters: in-place ops become functional first, so every later pass sees values, not writes; no-ops
+# go next so a dropout between conv and batch norm does not block folding;
 # batch norms fold before conv1d becomes conv2d, whose trailing squeeze would separate them; parameters are
 # unshared last, after the passes that read or replace them, so each use is quantized at its own scale.
-ATEN_PASSES = (RemoveNoOpsPass, FoldBatchNormPass, ConvertConv1dToConv2dPass, ConvertDivToMulPass,
-               ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass, UnshareParametersPass)
+ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, FoldBatchNormPass, ConvertConv1dToConv2dPass,
+               ConvertDivToMulPass, ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass, UnshareParametersPass)
 
 
 # Run by to_edge_transform_and_lower after decomposition, before the partitioners see the graph.

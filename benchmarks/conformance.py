@@ -74,7 +74,7 @@ def run_case(case, target: str) -> dict:
         mismatches = [m for inputs in calibration[:2] for m in program_checks.partition_mismatches(result, inputs)]
         record["tflm_exact"] = not mismatches
         problems += mismatches[:2]
-        lsb = max(max(program_checks.output_differences_lsb(result, inputs), default=0.0)
+        lsb = max(max(program_checks.output_differences_lsb(result, inputs, case.model), default=0.0)
                   for inputs in calibration[:2])
         record["pte_lsb"] = lsb
         record["pte_matches"] = lsb <= program_checks.QUANTIZED_ROUNDING_LSB + 1e-6

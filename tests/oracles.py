@@ -111,6 +111,17 @@ def run_tflm(tflite: bytes, inputs: Sequence[np.ndarray], arena_size: int | None
     return [np.array(interpreter.get_output(i)) for i in range(len(outputs))]
 
 
+# Ops TFLM implements for float only: their int8 oracle is LiteRT's reference kernels.
+NO_TFLM_INT8_KERNEL = frozenset({"EXP", "LOG"})
+
+
+def run_reference(tflite: bytes, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The int8 oracle for a subgraph: TFLM, or LiteRT's reference kernels where TFLM has no int8 kernel."""
+    if NO_TFLM_INT8_KERNEL & set(tflite_ops(tflite)):
+        return run_litert(tflite, inputs)
+    return run_tflm(tflite, inputs)
+
+
 def run_litert(tflite: bytes, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Run `tflite` once in LiteRT with the reference (BUILTIN_REF) kernels and return its outputs."""
     _check_inputs(tflite, inputs)

@@ -14,7 +14,7 @@ import test_litert_conv
 import test_litert_ops
 import torch
 from litert_harness import lower_single, quantize_and_capture
-from oracles import run_litert, run_tflm, tflite_io, tflite_ops
+from oracles import run_reference, tflite_io
 from torch import nn
 
 from imxrt.runtime.litert import BadSubgraphInput, LiteRTRunner, UnsupportedOperator
@@ -57,7 +57,6 @@ CASES = {
     "sum_hw": _extra(lambda a: a.sum((2, 3)), lambda: (_x4(),)),
     "softmax_wide": _extra(lambda a: torch.softmax(a * 3, -1), lambda: (torch.randn(3, 37),)),
 }
-NO_TFLM_KERNEL = {"EXP", "LOG"}
 
 
 @functools.cache
@@ -76,7 +75,7 @@ def random_inputs(tflite: bytes, seed: int) -> list[np.ndarray]:
 
 
 def assert_bit_exact(tflite: bytes, seeds: range) -> None:
-    oracle = run_litert if NO_TFLM_KERNEL & set(tflite_ops(tflite)) else run_tflm
+    oracle = run_reference
     runner = LiteRTRunner.from_bytes(tflite)
     for seed in seeds:
         feeds = random_inputs(tflite, seed)

@@ -106,7 +106,7 @@ def run_tflm(tflite: bytes, inputs: Sequence[np.ndarray], arena_size: int | None
     outputs = _check_inputs(tflite, inputs)
     interpreter = _tflm_interpreter(tflite, arena_size)
     for i, array in enumerate(inputs):
-        interpreter.set_input(np.ascontiguousarray(array), i)
+        interpreter.set_input(np.array(array, order="C"), i)  # (ascontiguousarray makes a scalar 1-d)
     interpreter.invoke()
     return [np.array(interpreter.get_output(i)) for i in range(len(outputs))]
 
@@ -130,7 +130,7 @@ def run_litert(tflite: bytes, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     )
     interpreter.allocate_tensors()
     for detail, array in zip(interpreter.get_input_details(), inputs, strict=True):
-        interpreter.set_tensor(detail["index"], np.ascontiguousarray(array))
+        interpreter.set_tensor(detail["index"], np.array(array, order="C"))
     interpreter.invoke()
     return [np.array(interpreter.get_tensor(d["index"])) for d in interpreter.get_output_details()]
 

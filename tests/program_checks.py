@@ -18,6 +18,32 @@ import imxrt.runtime
 QUANTIZED_ROUNDING_LSB = 2  # README.md, "The .pte and the quantized program"
 
 
+def _operand_scale_ratios(quantized) -> list[float]:
+    """Per output of the quantized program: the coarsest scale among the int8 operands of the op that
+    computes it, in units of the output's scale (1 where none is coarser). A rounding step on such an
+    operand is that many steps of the output (README: the bound is in the coarser scale's units)."""
+    from torch.fx import Node
+
+    def scale_of(node) -> float | None:
+        if isinstance(node, Node) and "dequantize_per_tensor" in str(node.target):
+            return float(node.args[1])
+        return None
+
+    ratios = []
+    (output,) = [n for n in quantized.graph.nodes if n.op == "output"]
+    for arg in output.args[0]:
+        ratio, s_out = 1.0, scale_of(arg)
+        quantize = arg.args[0] if s_out is not None and isinstance(arg.args[0], Node) else None
+        op = quantize.args[0] if quantize is not None and isinstance(quantize.args[0], Node) else None
+        if op is not None:
+            for operand in op.all_input_nodes:
+                s_in = scale_of(operand)
+                if s_in is not None:
+                    ratio = max(ratio, s_in / s_out)
+        ratios.append(ratio)
+    return ratios
+
+
 def _outputs(function, inputs: Sequence[torch.Tensor]) -> tuple:
     with torch.no_grad():
         outputs = function(*[t.clone() for t in inputs])
@@ -25,7 +51,8 @@ def _outputs(function, inputs: Sequence[torch.Tensor]) -> tuple:
 
 
 def output_differences_lsb(result, inputs: Sequence[torch.Tensor], model=None) -> list[float]:
-    """Per model output: max |pte - quantized| in LSB of the output's scale. With the float ``model``, the
+    """Per model output: max |pte - quantized| in LSB of the output's scale, or of its last op's operand
+    where that is coarser (``_operand_scale_ratios``). With the float ``model``, the
     elements where it has no finite value (log of a negative input) are left out: there the quantized
     program's float arithmetic has no defined int8 answer either (TFLM's, checked per partition, rules)."""
     program = imxrt.runtime.load(result.pte)
@@ -37,10 +64,11 @@ def output_differences_lsb(result, inputs: Sequence[torch.Tensor], model=None) -
                      for o, t in zip(_outputs(model, inputs), theirs, strict=False)]
     assert len(ours) == len(theirs), f".pte has {len(ours)} outputs, the quantized program {len(theirs)}"
     differences = []
-    for out, ref, io, skip in zip(ours, theirs, result.io["outputs"], undefined, strict=True):
+    ratios = _operand_scale_ratios(result.quantized)
+    for out, ref, io, skip, ratio in zip(ours, theirs, result.io["outputs"], undefined, ratios, strict=True):
         ref = ref.detach().numpy()
         assert out.shape == ref.shape, f"output {io['name']}: shape {out.shape} != {ref.shape}"
-        scale = io["scale"] if io["scale"] else 1.0
+        scale = io["scale"] * ratio if io["scale"] else 1.0
         out, ref = out.astype(np.float64), ref.astype(np.float64)
         if skip is not None:
             out, ref = out[~skip], ref[~skip]
@@ -105,6 +133,8 @@ def partition_mismatches(result, inputs: Sequence[torch.Tensor]) -> list[str]:
     mismatches = []
     for index, (tflite, arrays, ours) in enumerate(calls):
         assert tflite in result.partitions, f"partition call {index} ran a subgraph the compile did not write"
+        declared, _ = oracles.tflite_io(tflite)  # the bytes as the .tflite declares them (a scalar is rank 0)
+        arrays = [a.reshape(info[0]) for a, info in zip(arrays, declared, strict=True)]
         theirs = oracles.run_reference(tflite, arrays)
         for position, (a, b) in enumerate(zip(ours, theirs, strict=True)):
             if not np.array_equal(a.reshape(b.shape), b):

@@ -291,3 +291,22 @@ def test_calibration_ignores_nan_and_infinite_values(op, target):
     result, cal = _compile(model, [(1, 16)], target)
     for inputs in cal[:3]:  # in the op's domain: TFLite's int8 RSQRT fails on a negative input
         check_case(result, [x.abs() + 0.01 for x in inputs], model)
+
+
+class MaximumWithScalar(nn.Module):
+    def forward(self, x, y):
+        return torch.maximum(x, y)
+
+
+def test_the_checks_take_a_rank_0_partition_input_and_a_clamp_onto_a_finer_scale():
+    """ExecuTorch's maximum broadcast_scalar case: a rank-0 input reached TFLM as a 1-d array (refused).
+    conv2d_hardtanh_narrow: Hardtanh(-0.5, 0.5) requantizes the conv's ~4x coarser int8 output onto its
+    own scale, so one rounding step of the conv is ~4 of the output's (README's bound)."""
+    torch.manual_seed(0)
+    result, cal = _compile(MaximumWithScalar(), [(), (4, 1, 1, 3)], "imxrt700")
+    for inputs in cal[:3]:
+        check_case(result, inputs)
+    result, cal = _compile(nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.Hardtanh(-0.5, 0.5)), [(1, 4, 8, 8)],
+                           "imxrt700")
+    for inputs in cal:
+        check_case(result, inputs)

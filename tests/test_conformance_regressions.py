@@ -310,3 +310,37 @@ def test_the_checks_take_a_rank_0_partition_input_and_a_clamp_onto_a_finer_scale
                            "imxrt700")
     for inputs in cal:
         check_case(result, inputs)
+
+
+class MeanWithDtype(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 1)
+
+    def forward(self, x):
+        return self.conv(x).mean([2, 3], dtype=torch.float32)
+
+
+class PlusBufferStatistic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 1)
+        self.register_buffer("stats", torch.randn(4, 8, generator=torch.Generator().manual_seed(1)))
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)).mean([2, 3]) + self.stats.mean([0])
+
+
+def test_a_node_the_litert_lowering_refuses_stays_on_the_cpu_with_the_reason():
+    """Both failed the whole compile ("LiteRT lowering: ..."): the capability table accepted a node the
+    lowering then refused. A dtype equal to the reduction's own is no conversion: all on the NPU."""
+    torch.manual_seed(0)
+    result, cal = _compile(MeanWithDtype(), [(1, 3, 6, 6)], "imxrt700")
+    assert result.report["summary"]["partitions"] == 1 and result.report["summary"]["ops_cpu_float"] == 0
+    assert all(op["placement"] == "npu" for op in result.report["ops"] if "quantize" not in op["op"])
+    check_case(result, cal[0])
+    result, cal = _compile(PlusBufferStatistic(), [(1, 3, 6, 6)], "imxrt700")
+    reasons = [op["reason"] for op in result.report["ops"] if op["placement"] != "npu"]
+    assert any("the LiteRT lowering refused it" in reason for reason in reasons), reasons
+    for inputs in cal[:3]:
+        check_case(result, inputs)

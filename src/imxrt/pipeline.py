@@ -45,6 +45,7 @@ from imxrt.npu.backend import (
     stamp_delegate_ids,
 )
 from imxrt.npu.compilers import eiq
+from imxrt.npu.litert.errors import UnsupportedForLiteRT
 from imxrt.npu.partitioner import NpuPartitioner, PlacementLog, ops_to_keep_whole
 from imxrt.passes import EDGE_PASSES, run_aten_passes
 from imxrt.passes.int8_io import IO_CHOICES, make_io_int8
@@ -372,16 +373,18 @@ def lower(
     ``to_edge_transform_and_lower``, whose per-node decomposition filter costs two more decomposition
     passes over the whole graph (about half of this stage's time on MobileNetV2)."""
     keep = ops_to_keep_whole(quantized)
-    edge = to_edge(
-        quantized,
-        compile_config=EdgeCompileConfig(_check_ir_validity=False, preserve_ops=keep,
-                                         _core_aten_ops_exception_list=keep),
-        generate_etrecord=True,  # records the edge graph every debug handle names, before partitioning
-    ).transform([pass_type() for pass_type in EDGE_PASSES])
+
+    def edge_program() -> EdgeProgramManager:
+        return to_edge(
+            quantized,
+            compile_config=EdgeCompileConfig(_check_ir_validity=False, preserve_ops=keep,
+                                             _core_aten_ops_exception_list=keep),
+            generate_etrecord=True,  # records the edge graph every debug handle names, before partitioning
+        ).transform([pass_type() for pass_type in EDGE_PASSES])
+
+    edge = edge_program()
     if target.npu is not None:
-        partitioner = NpuPartitioner(target, options.neutron_compiler, placement_log)
-        partitioner.delegation_spec.compile_specs.extend(converter_compile_specs(options.converter))
-        edge = edge.to_backend(partitioner)
+        edge = _delegate_to_npu(edge, edge_program, target, options, placement_log)
     stamp_delegate_ids(edge)
     with cortex_m_ops.own_fakes():
         lowered = lower_to_cortex_m(edge, target.cpu.isa, placement_log)
@@ -389,6 +392,42 @@ def lower(
         make_io_int8(lowered.exported_program())
     lowered._etrecord = edge._etrecord  # a new manager: carry the record on, as ExecuTorch's own stages do
     return lowered
+
+
+def _delegate_to_npu(edge: EdgeProgramManager, edge_program: Callable[[], EdgeProgramManager], target: Target,
+                     options: CompileOptions, placement_log: PlacementLog) -> EdgeProgramManager:
+    """``to_backend`` with the NPU partitioner. A node the capability table accepts but the LiteRT lowering
+    refuses (a reduction with a dtype, an operand that is no int8 tensor) stays on the CPU with the lowering's
+    reason, and partitioning runs again on a fresh edge program (``to_backend`` edits the one it is given):
+    a model never fails to compile because one node cannot be expressed for the NPU."""
+    refused: dict[str, str] = {}
+    while True:
+        partitioner = NpuPartitioner(target, options.neutron_compiler, placement_log, refused)
+        partitioner.delegation_spec.compile_specs.extend(converter_compile_specs(options.converter))
+        try:
+            return edge.to_backend(partitioner)
+        except UnsupportedForLiteRT as e:
+            names = _compute_nodes_of(edge_program().exported_program().graph, e.node_name)
+            if not names or all(name in refused for name in names):
+                raise
+            log.info("%s; keeping %s on the CPU", e, ", ".join(names))
+            refused.update({name: e.problem for name in names})
+            edge = edge_program()
+
+
+def _compute_nodes_of(graph: torch.fx.Graph, name: str) -> list[str]:
+    """The compute nodes a refused node stands for: itself, or the op that writes the int8 tensor a
+    quantize node makes, or the ops that read the tensor a dequantize node makes."""
+    from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
+
+    node = next((n for n in graph.nodes if n.name == name), None)
+    if node is None:
+        return []
+    if is_quantize(node) and isinstance(node.args[0], torch.fx.Node):
+        node = node.args[0]
+    if is_dequantize(node):
+        return [user.name for user in node.users if is_compute(user)]
+    return [node.name] if is_compute(node) else []
 
 
 def serialize(edge: EdgeProgramManager, memory_planner: ImxrtMemoryPlanner | None = None) -> bytes:

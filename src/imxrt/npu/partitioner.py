@@ -87,11 +87,14 @@ def compile_specs_for(target: Target, neutron_compiler: str) -> list[CompileSpec
 class NpuPartitioner(Partitioner):
     """Delegates every int8 op the target's Neutron NPU supports to ``NeutronBackend``."""
 
-    def __init__(self, target: Target, neutron_compiler: str = "reference", log: PlacementLog | None = None):
+    def __init__(self, target: Target, neutron_compiler: str = "reference", log: PlacementLog | None = None,
+                 refused: dict[str, str] | None = None):
         assert target.npu is not None, "NpuPartitioner needs a target with an NPU"
         super().__init__()
         self.target = target
         self.log = log if log is not None else PlacementLog()
+        # node name -> why the LiteRT lowering refused it on an earlier try: left on the CPU
+        self.refused = dict(refused or {})
         self.delegation_spec = DelegationSpec(BACKEND_ID, compile_specs_for(target, neutron_compiler))
 
     def ops_to_not_decompose(self, ep: ExportedProgram):
@@ -107,6 +110,8 @@ class NpuPartitioner(Partitioner):
                 continue
             cluster = clusters.get(node)
             ok, reason = support.check(node, cluster, self.target.npu)
+            if ok and node.name in self.refused:
+                ok, reason = False, f"the LiteRT lowering refused it: {self.refused[node.name]}"
             self.log.record(node, ok, reason)
             if ok and cluster is not None and node is cluster.anchor:
                 accepted.append(cluster)

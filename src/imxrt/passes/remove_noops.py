@@ -2,8 +2,9 @@
 
     %y = dropout(%x, 0.2, False)  →  (%y replaced by %x)
 Also their in-place forms (``nn.Dropout(inplace=True)``), identity clones, contiguous, alias and detach:
-memory format is the compiler's choice, not the model's. A ``view`` downstream of a dropped copy may then
-see strides it cannot view (ShuffleNet's ``transpose(1, 2).contiguous().view(...)``): it becomes
+memory format is the compiler's choice, not the model's. A reduction's ``dtype`` equal to its input's
+(``x.mean([2, 3], dtype=torch.float32)``) is dropped too: it converts nothing. A ``view`` downstream of a
+dropped copy may then see strides it cannot view (ShuffleNet's ``transpose(1, 2).contiguous().view(...)``): it becomes
 ``reshape``, which is the same view where the strides allow and a copy where they do not.
 """
 
@@ -42,6 +43,19 @@ _NO_OPS = _DROPOUTS | frozenset(
 )
 
 
+# Reductions whose dtype argument (a keyword after export) may name the dtype they already compute in.
+_REDUCTIONS_WITH_DTYPE = frozenset({aten.mean.dim, aten.mean.default, aten.sum.dim_IntList, aten.sum.default})
+
+
+def _drop_no_op_dtype(node) -> bool:
+    source = node.args[0] if node.args else None
+    value = source.meta.get("val") if hasattr(source, "meta") else None
+    if node.kwargs.get("dtype") is None or not isinstance(value, torch.Tensor) or node.kwargs["dtype"] != value.dtype:
+        return False
+    node.kwargs = {k: v for k, v in node.kwargs.items() if k != "dtype"}
+    return True
+
+
 class RemoveNoOpsPass(PassBase):
     """Ensures: none of the ops above remains where it passes its first input through unchanged."""
 
@@ -49,6 +63,8 @@ class RemoveNoOpsPass(PassBase):
         modified = False
         restrided = []
         for node in list(gm.graph.nodes):
+            if node.op == "call_function" and node.target in _REDUCTIONS_WITH_DTYPE:
+                modified |= _drop_no_op_dtype(node)
             if node.op != "call_function" or node.target not in _NO_OPS:
                 continue
             source = node.args[0]

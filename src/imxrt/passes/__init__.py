@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torch.fx import GraphModule
 
+from imxrt.passes.convert_addmm_to_linear import ConvertAddmmToLinearPass
 from imxrt.passes.convert_conv1d_to_conv2d import ConvertConv1dToConv2dPass
 from imxrt.passes.convert_div_to_mul import ConvertDivToMulPass
 from imxrt.passes.convert_pad_to_core_op import ConvertPadToCoreOpPass
@@ -19,7 +20,8 @@ from imxrt.passes.unshare_parameters import UnshareParametersPass
 # batch norms fold before conv1d becomes conv2d, whose trailing squeeze would separate them; parameters are
 # unshared last, after the passes that read or replace them, so each use is quantized at its own scale.
 ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, FoldBatchNormPass, ConvertConv1dToConv2dPass,
-               ConvertDivToMulPass, ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass, UnshareParametersPass)
+               ConvertAddmmToLinearPass, ConvertDivToMulPass, ConvertScalarOperandsToFloatPass,
+               ConvertPadToCoreOpPass, UnshareParametersPass)
 
 
 # Run by to_edge_transform_and_lower after decomposition, before the partitioners see the graph.

@@ -1,0 +1,47 @@
+"""ConvertAddmmToLinearPass: ``addmm`` with a constant weight is a linear layer.
+
+    %y = addmm(%b, %x, %W)            →  %y = linear(%x, %Wt, %b)     (%Wt = W.t(), a new constant)
+    %y = addmm(%b, %x, %w, beta=β, alpha=α), %w an activation  →  %y = add(mul(mm(%x, %w), α), mul(%b, β))
+The NPU's FULLY_CONNECTED and CMSIS-NN's fully connected kernel are reached through ``linear`` (int32 bias
+at the input and weight scales); ``addmm`` had no int8 rule and ran in float on the CPU.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.fx import GraphModule
+from torch.fx.passes.infra.pass_base import PassBase, PassResult
+
+from imxrt.passes._graph import add_constant, constant_value, finish
+
+aten = torch.ops.aten
+
+
+class ConvertAddmmToLinearPass(PassBase):
+    """Ensures: no ``aten.addmm.default`` remains."""
+
+    def call(self, gm: GraphModule) -> PassResult:
+        modified = False
+        for node in list(gm.graph.nodes):
+            if node.op != "call_function" or node.target != aten.addmm.default:
+                continue
+            bias, x, weight = node.args[:3]
+            beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
+            value = constant_value(gm, weight)
+            with gm.graph.inserting_before(node):
+                if value is not None and beta == 1 and alpha == 1 and value.dim() == 2:
+                    transposed = add_constant(gm, node, "addmm_weight", value.t().contiguous())
+                    replacement = gm.graph.call_function(aten.linear.default, (x, transposed, bias))
+                else:
+                    product = gm.graph.call_function(aten.mm.default, (x, weight))
+                    if alpha != 1:
+                        product = gm.graph.call_function(aten.mul.Tensor, (product, alpha))
+                    if beta != 1:
+                        bias = gm.graph.call_function(aten.mul.Tensor, (bias, beta))
+                    replacement = gm.graph.call_function(aten.add.Tensor, (product, bias))
+            replacement.meta.update({k: v for k, v in node.meta.items() if k != "val"})
+            replacement.meta["val"] = node.meta.get("val")
+            node.replace_all_uses_with(replacement)
+            gm.graph.erase_node(node)
+            modified = True
+        return PassResult(finish(gm) if modified else gm, modified)

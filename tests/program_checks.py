@@ -135,6 +135,7 @@ def partition_mismatches(result, inputs: Sequence[torch.Tensor]) -> list[str]:
         assert tflite in result.partitions, f"partition call {index} ran a subgraph the compile did not write"
         declared, _ = oracles.tflite_io(tflite)  # the bytes as the .tflite declares them (a scalar is rank 0)
         arrays = [a.reshape(info[0]) for a, info in zip(arrays, declared, strict=True)]
+        oracles.run_litert(tflite, arrays)  # LiteRT must prepare and run it too (its values may round apart)
         theirs = oracles.run_reference(tflite, arrays)
         for position, (a, b) in enumerate(zip(ours, theirs, strict=True)):
             if not np.array_equal(a.reshape(b.shape), b):

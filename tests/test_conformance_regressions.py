@@ -344,3 +344,23 @@ def test_a_node_the_litert_lowering_refuses_stays_on_the_cpu_with_the_reason():
     assert any("the LiteRT lowering refused it" in reason for reason in reasons), reasons
     for inputs in cal[:3]:
         check_case(result, inputs)
+
+
+# (kernel, stride, padding, output_padding, input size): seeded over the forms TRANSPOSE_CONV's SAME,
+# VALID and VALID+SLICE cover
+TRANSPOSE_CONVS = [(4, 2, 1, 1, 6), (4, 2, 1, 0, 6), (3, 2, 1, 1, 5), (3, 2, 0, 0, 5), (2, 2, 0, 0, 4),
+                   (3, 1, 1, 0, 6), (5, 3, 2, 2, 4), (3, 3, 0, 2, 3), (4, 2, 2, 1, 7)]
+
+
+@pytest.mark.parametrize("kernel, stride, padding, output_padding, size", TRANSPOSE_CONVS)
+def test_every_transposed_conv_partition_passes_litert_and_tflm(kernel, stride, padding, output_padding, size):
+    """ConvTranspose2d(4, 8, 4, stride=2, padding=1, output_padding=1) on 6x6 was written with SAME
+    padding, whose implied input (7) LiteRT's prepare refuses; TFLM ran it. check_case runs every
+    partition in both."""
+    torch.manual_seed(0)
+    model = nn.ConvTranspose2d(4, 8, kernel, stride=stride, padding=padding, output_padding=output_padding)
+    result, cal = _compile(model, [(1, 4, size, size)], "imxrt700")
+    # output rows no input reaches (output_padding > padding) have no TRANSPOSE_CONV form: CPU
+    assert result.report["summary"]["partitions"] == (1 if output_padding <= padding else 0)
+    for inputs in cal[:2]:
+        check_case(result, inputs)

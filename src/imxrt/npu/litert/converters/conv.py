@@ -148,12 +148,17 @@ def _bias_scales(x: Tensor, weight_scales: np.ndarray) -> np.ndarray:
 # ---- transposed convolution ----------------------------------------------------------------------
 
 
+def _transpose_implied_input(padding: int, out_size: int, kernel: int, stride: int) -> int:
+    """The input size TFLite's TRANSPOSE_CONV derives from the output size (LiteRT's prepare refuses the op
+    unless it is the input's: "computed_input_height != ...")."""
+    if padding == Padding.SAME:
+        return math.ceil(out_size / stride)
+    return (out_size - kernel + stride) // stride
+
+
 def _transpose_pad_before(padding: int, out_size: int, kernel: int, stride: int) -> int:
     """The padding TFLite's TRANSPOSE_CONV derives from the output size (TFLite padding.h)."""
-    if padding == Padding.SAME:
-        inner = math.ceil(out_size / stride)
-    else:
-        inner = (out_size - kernel + stride) // stride
+    inner = _transpose_implied_input(padding, out_size, kernel, stride)
     return max((inner - 1) * stride + kernel - out_size, 0) // 2
 
 
@@ -180,6 +185,7 @@ def _transpose_conv(ctx: LoweringContext, node: Node, args: ConvArgs) -> None:
     def matches(padding: int) -> bool:
         return all(
             _transpose_pad_before(padding, out_hw[d], kernels[d], args.stride[d]) == args.padding[d]
+            and _transpose_implied_input(padding, out_hw[d], kernels[d], args.stride[d]) == in_hw[d]
             for d in range(2)
         )
 

@@ -35,6 +35,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))  # program_checks, oracles: the same checks the tests make
 
 TARGETS = ("imxrt700", "imxrt700-cpu")
+# ExecuTorch's own Cortex-M backend on the same case, as the peer's figure: does it lower it to int8?
+UPSTREAM_CORTEX_M = "upstream-cortex-m"
 CALIBRATION_SAMPLES = 8
 _QDQ_OPS = ("quantize_per_tensor", "dequantize_per_tensor")
 
@@ -93,12 +95,41 @@ def run_case(case, target: str) -> dict:
     return record
 
 
+def run_upstream_cortex_m(case) -> dict:
+    """ExecuTorch's Cortex-M flow on ``case`` (its test harness: CortexMQuantizer, its edge config and pass
+    manager): compiled, and int8-only when no float compute op is left in the final edge graph."""
+    import torch
+    from executorch.backends.cortex_m.test.tester import CortexMTester
+
+    record = {"case": case.name, "target": UPSTREAM_CORTEX_M}
+    shapes = case.shapes()
+    example = case.example if shapes is None else tuple(
+        torch.randn(s, generator=torch.Generator().manual_seed(0)) for s in shapes)
+    try:
+        tester = CortexMTester(case.model.eval(), example)
+        tester.quantize().export().to_edge().run_passes()
+        graph = tester.get_artifact().exported_program().graph
+    except Exception as e:  # noqa: BLE001  (the peer's failures are counted, not ours to fix)
+        first = str(e).splitlines()[0] if str(e) else ""
+        return {**record, "status": "refused", "message": f"{type(e).__name__}: {first}"}
+    floating = []
+    for node in graph.nodes:
+        value = node.meta.get("val")
+        name = str(node.target)
+        if node.op != "call_function" or "quantize" in name or "getitem" in name or "alloc" in name:
+            continue
+        if isinstance(value, torch.Tensor) and value.dtype.is_floating_point:
+            floating.append(name)
+    return {**record, "status": "compiled", "int8_only": not floating, "float_ops": sorted(set(floating))[:4],
+            "problems": []}
+
+
 def _child(case, targets, connection) -> None:
     warnings.filterwarnings("ignore")
     import logging
     logging.disable(logging.WARNING)
     for target in targets:
-        connection.send(run_case(case, target))
+        connection.send(run_upstream_cortex_m(case) if target == UPSTREAM_CORTEX_M else run_case(case, target))
     connection.close()
 
 
@@ -162,10 +193,19 @@ def summarize(results: list[dict], targets) -> list[str]:
     return lines
 
 
+def behind_upstream(results: list[dict]) -> list[str]:
+    """Cases ExecuTorch's Cortex-M backend lowers to int8 that leave a float op here (imxrt700-cpu)."""
+    upstream = {r["case"] for r in results if r["target"] == UPSTREAM_CORTEX_M and r.get("int8_only")}
+    return sorted(f"{r['case']}: float here, int8 in ExecuTorch's Cortex-M backend" for r in results
+                  if r["target"] == "imxrt700-cpu" and r["case"] in upstream and not r.get("int8_only"))
+
+
 def failures(results: list[dict]) -> list[str]:
     """One line per case that failed a check (refusals are listed too: each should name a real limit)."""
     lines = []
     for r in sorted(results, key=lambda r: (r["status"], r["case"], r["target"])):
+        if r["target"] == UPSTREAM_CORTEX_M:
+            continue
         if r["status"] in ("raw", "crashed", "refused"):
             lines.append(f"{r['case']} {r['target']}: {r['status']}: {r.get('message', '')}")
         elif r.get("problems") or not r.get("int8_only", True):
@@ -176,7 +216,8 @@ def failures(results: list[dict]) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", choices=TARGETS, action="append")
+    parser.add_argument("--target", choices=(*TARGETS, UPSTREAM_CORTEX_M), action="append",
+                        help=f"default: both imxrt targets and {UPSTREAM_CORTEX_M} (the peer's int8 figure)")
     parser.add_argument("--filter", default="", help="only cases whose name contains this")
     parser.add_argument("--limit", type=int, default=None, help="at most this many cases (in name order)")
     parser.add_argument("--source", choices=("cortex_m", "nxp", "all"), default="all")
@@ -204,11 +245,14 @@ def main(argv=None) -> int:
     cases.sort(key=lambda c: c.name)
     if args.limit is not None:
         cases = cases[:args.limit]
-    targets = tuple(args.target or TARGETS)
+    targets = tuple(args.target or (*TARGETS, UPSTREAM_CORTEX_M))
     start = time.perf_counter()
     results = run_all(cases, targets, args.jobs, args.timeout)
     print(f"{len(cases)} upstream test cases x {len(targets)} targets in {time.perf_counter() - start:.0f} s")
     print("\n".join(summarize(results, targets)))
+    behind = behind_upstream(results)
+    print(f"\n{len(behind)} cases ExecuTorch's Cortex-M backend lowers to int8 and imxrt700-cpu does not:")
+    print("\n".join(behind))
     failing = failures(results)
     print(f"\n{len(failing)} failing or refused:")
     print("\n".join(failing))

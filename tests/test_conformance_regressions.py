@@ -366,3 +366,37 @@ def test_every_transposed_conv_partition_passes_litert_and_tflm(kernel, stride, 
     assert result.report["summary"]["ops_cpu_float"] == 0
     for inputs in cal[:2]:
         check_case(result, inputs)
+
+
+class SubForms(nn.Module):
+    def forward(self, x, y):
+        return torch.relu(x - y), torch.sub(x, y, alpha=2), 1.0 - x, x - 0.5
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_sub_runs_in_int8_on_the_cpu(target):
+    """sub had no CPU rule: one subtraction kept a whole model float on imxrt700-cpu (ExecuTorch's
+    Cortex-M backend lowers it to quantized_add with the second multiplier negated, as here)."""
+    torch.manual_seed(0)
+    result, cal = _compile(SubForms(), [(1, 4, 5, 5), (1, 4, 5, 5)], target)
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    for inputs in cal[:3]:
+        check_case(result, inputs)
+
+
+def test_add_with_the_second_multiplier_negated_is_tflms_sub_on_every_int8_pair():
+    """The stock kernel library has no SUB: quantized_add with -M2 computes it. Equal to TFLM's SUB
+    arithmetic (elementwise.add(subtract=True), itself checked against TFLM in test_kernels_ops) on all
+    65,536 input pairs for 100 seeded scale and zero-point draws."""
+    import dataclasses
+
+    from imxrt.kernels import elementwise
+
+    rng = np.random.default_rng(0)
+    x1, x2 = (a.ravel() for a in np.meshgrid(np.arange(-128, 128), np.arange(-128, 128)))
+    for _ in range(100):
+        s1, s2, s_out = np.exp(rng.uniform(-6, 0, 3))
+        z1, z2, z_out = (int(z) for z in rng.integers(-128, 128, 3))
+        sub = elementwise.prepare_add(s1, z1, s2, z2, s_out, z_out, -128, 127, subtract=True)
+        negated = dataclasses.replace(sub, input2_multiplier=-sub.input2_multiplier, subtract=False)
+        assert np.array_equal(elementwise.add(x1, x2, sub), elementwise.add(x1, x2, negated))

@@ -338,6 +338,11 @@ def _constant_operand(rw: Rewrite) -> tuple[Node, float] | None:
             value = rw.editor.tensor(other)
             if value is not None and value.numel() == 1:
                 return tensor, float(value.reshape(()).item())
+        if is_dequantize(tensor) and is_dequantize(other) and other.target == DEQUANTIZE_PER_TENSOR:
+            value = rw.editor.tensor(other.args[0])  # a scalar constant quantized as it is stored
+            if value is not None and value.numel() == 1 and shape_of(other) != shape_of(tensor):
+                q = rw.qparams(other)
+                return tensor, float((int(value.reshape(()).item()) - q.zero_point) * q.scale)
         if is_dequantize(tensor) and isinstance(other, (int, float)):
             return tensor, float(other)
     return None
@@ -351,15 +356,19 @@ def _constant_qparams(value: float) -> tuple[QParams, int]:
 
 
 def _binary_with_constant_lut(rw: Rewrite, kernel: str) -> Node:
-    """x (+|*) c as a 256-entry table: the TFLM ADD / MUL integer arithmetic run on every int8 input."""
+    """x (+|-|*) c or c - x as a 256-entry table: the TFLM ADD / SUB / MUL integer arithmetic run on every
+    int8 input."""
     x_dq, value = _constant_operand(rw)
     q_in, out = rw.qparams(x_dq), rw.output_qparams()
     act = rw.activation_range(out)
     q_c, c = _constant_qparams(value)
     constant = np.full_like(activations.ALL_INT8, c)
-    if kernel == "add":
-        params = elementwise.prepare_add(q_in.scale, q_in.zero_point, q_c.scale, 0, out.scale, out.zero_point, *act)
-        table = elementwise.add(activations.ALL_INT8, constant, params)
+    if kernel in ("add", "sub"):
+        x_first = rw.anchor.args[0] is x_dq
+        (q1, v1), (q2, v2) = ((q_in, activations.ALL_INT8), (q_c, constant))[::1 if x_first else -1]
+        params = elementwise.prepare_add(q1.scale, q1.zero_point, q2.scale, q2.zero_point, out.scale,
+                                         out.zero_point, *act, subtract=kernel == "sub")
+        table = elementwise.add(v1, v2, params)
     else:
         params = elementwise.prepare_mul(q_in.scale, q_in.zero_point, q_c.scale, 0, out.scale, out.zero_point, *act)
         table = elementwise.mul(activations.ALL_INT8, constant, params)
@@ -374,17 +383,34 @@ def _same_shapes(rw: Rewrite, a: Node, b: Node) -> None:
 
 def lower_add(rw: Rewrite) -> Node:
     """add(a, b) -> quantized_add (TFLite scaling: both to 2 max(s1, s2), 20 bits of headroom)."""
-    if rw.anchor.kwargs.get("alpha", 1) != 1:
-        raise NotLowered(f"alpha={rw.anchor.kwargs['alpha']}")
+    return _add_or_sub(rw, subtract=False)
+
+
+def lower_sub(rw: Rewrite) -> Node:
+    """sub(a, b) -> quantized_add with b's multiplier negated (the stock kernel library has no SUB; the
+    same result as TFLM's SUB on every int8 pair, as ExecuTorch's Cortex-M backend lowers it)."""
+    return _add_or_sub(rw, subtract=True)
+
+
+def _add_or_sub(rw: Rewrite, subtract: bool) -> Node:
+    """a + alpha b (a - alpha b): an integer alpha scales b's scale (and its sign b's multiplier's sign)."""
+    alpha = rw.anchor.kwargs.get("alpha", 1)
+    if not isinstance(alpha, int) or alpha == 0 or abs(alpha) > INT8_MAX:
+        raise NotLowered(f"alpha={alpha} (an integer alpha folds into the second operand's scale)")
     if _constant_operand(rw) is not None:
-        return _binary_with_constant_lut(rw, "add")
+        if alpha != 1:
+            raise NotLowered(f"alpha={alpha} with a constant operand")
+        return _binary_with_constant_lut(rw, "sub" if subtract else "add")
+    coefficient = -alpha if subtract else alpha
     a_dq, b_dq = rw.anchor.args[:2]
     a, b, q_a, q_b, out = rw.int8(a_dq), rw.int8(b_dq), rw.qparams(a_dq), rw.qparams(b_dq), rw.output_qparams()
     _same_shapes(rw, a_dq, b_dq)
-    p = elementwise.prepare_add(q_a.scale, q_a.zero_point, q_b.scale, q_b.zero_point, out.scale, out.zero_point,
+    scale_b = _f32(q_b.scale * abs(coefficient))
+    p = elementwise.prepare_add(q_a.scale, q_a.zero_point, scale_b, q_b.zero_point, out.scale, out.zero_point,
                                 *rw.activation_range(out))
+    input2_multiplier = -p.input2_multiplier if coefficient < 0 else p.input2_multiplier
     args = (a, p.input1_zero_point, p.input1_multiplier, p.input1_shift, b, p.input2_zero_point,
-            p.input2_multiplier, p.input2_shift, p.output_zero_point, p.output_multiplier, p.output_shift,
+            input2_multiplier, p.input2_shift, p.output_zero_point, p.output_multiplier, p.output_shift,
             p.act_min, p.act_max)
     return rw.emit(cortex_m("quantized_add"), args)
 
@@ -693,6 +719,7 @@ CPU_KERNELS: dict[object, CpuKernel] = {
     edge.mm.default: CpuKernel("cortex_m::quantized_linear", lower_mm),
     edge.bmm.default: CpuKernel("cortex_m::quantized_batch_matmul", lower_bmm),
     edge.add.Tensor: CpuKernel("cortex_m::quantized_add", lower_add),
+    edge.sub.Tensor: CpuKernel("cortex_m::quantized_add (negated second multiplier)", lower_sub),
     edge.mul.Tensor: CpuKernel("cortex_m::quantized_mul", lower_mul),
     edge.maximum.default: CpuKernel("cortex_m::maximum", _min_max("maximum")),
     edge.minimum.default: CpuKernel("cortex_m::minimum", _min_max("minimum")),

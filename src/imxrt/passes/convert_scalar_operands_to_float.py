@@ -1,6 +1,7 @@
 """ConvertScalarOperandsToFloatPass: integer scalar operands of float arithmetic become floats.
 
     %y = mul(%x, 2)  →  %y = mul(%x, 2.0)
+    %y = rsub(%x, 1.0)  →  %y = sub(%c, %x)   (%c a float scalar constant: ``1.0 - x``)
 Re-export turns an int scalar into an int64 constant plus a dtype conversion, which leaves the op
 outside any int8 cluster; a float scalar becomes one float constant the int8 lowering quantizes exactly.
 """
@@ -11,7 +12,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import finish
+from imxrt.passes._graph import add_constant, finish
 
 aten = torch.ops.aten
 
@@ -29,7 +30,9 @@ class ConvertScalarOperandsToFloatPass(PassBase):
 
     def call(self, gm: GraphModule) -> PassResult:
         modified = False
-        for node in gm.graph.nodes:
+        for node in list(gm.graph.nodes):
+            if node.op == "call_function" and node.target in (aten.rsub.Scalar, aten.rsub.Tensor):
+                modified |= _rsub_as_sub(gm, node)
             if node.op != "call_function" or node.target not in _ARITHMETIC:
                 continue
             if not any(_is_float_tensor(a) for a in node.args):
@@ -38,3 +41,15 @@ class ConvertScalarOperandsToFloatPass(PassBase):
                 node.args = tuple(float(a) if isinstance(a, int) else a for a in node.args)
                 modified = True
         return PassResult(finish(gm) if modified else gm, modified)
+
+
+def _rsub_as_sub(gm: GraphModule, node: Node) -> bool:
+    """rsub(x, c) is c - x: a sub the int8 rules know (rsub has none), c a float scalar constant."""
+    x, other = node.args[:2]
+    alpha = node.kwargs.get("alpha", node.args[2] if len(node.args) > 2 else 1)
+    if not _is_float_tensor(x) or alpha != 1:
+        return False
+    if not isinstance(other, Node):
+        other = add_constant(gm, node, "rsub_scalar", torch.tensor(float(other)))
+    node.target, node.args, node.kwargs = aten.sub.Tensor, (other, x), {}
+    return True

@@ -125,7 +125,7 @@ NPU_RULES: RuleTable = {
 
 # The ops the Cortex-M runs in int8 (the cortex_m kernels of reference/cortex_m.md, and data movement on
 # portable kernels): every elementwise unary op is one 256-entry table lookup there, so gelu is int8 too.
-# sub, prelu, sum, amax, amin and bilinear upsampling have no CMSIS-NN kernel: on a CPU-only target they
+# prelu, sum, amax, amin and bilinear upsampling have no CMSIS-NN kernel: on a CPU-only target they
 # stay float rather than carry Q/DQ pairs around a float op.
 CPU_RULES: RuleTable = {
     aten.conv2d.default: Weighted(),
@@ -133,6 +133,7 @@ CPU_RULES: RuleTable = {
     aten.linear.default: _LINEAR,
     aten.conv_transpose2d.input: Weighted(weight_axis=1),
     aten.add.Tensor: _ADD,
+    aten.sub.Tensor: _ADD,  # cortex_m::quantized_add with the second operand's multiplier negated
     aten.mul.Tensor: Compute(),
     aten.div.Tensor: Compute(),  # cortex_m::quantized_div (a division by a constant became a mul earlier)
     aten.bmm.default: Compute(),

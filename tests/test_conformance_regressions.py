@@ -400,3 +400,26 @@ def test_add_with_the_second_multiplier_negated_is_tflms_sub_on_every_int8_pair(
         sub = elementwise.prepare_add(s1, z1, s2, z2, s_out, z_out, -128, 127, subtract=True)
         negated = dataclasses.replace(sub, input2_multiplier=-sub.input2_multiplier, subtract=False)
         assert np.array_equal(elementwise.add(x1, x2, sub), elementwise.add(x1, x2, negated))
+
+
+POINTWISE = {
+    "silu": nn.SiLU, "hardsigmoid": nn.Hardsigmoid, "mish": nn.Mish, "elu": nn.ELU,
+    "sqrt": lambda: Elementwise(lambda x: torch.sqrt(x.abs() + 0.01)),
+    "log2": lambda: Elementwise(lambda x: torch.log2(x.abs() + 0.01)),
+    "log10": lambda: Elementwise(lambda x: torch.log10(x.abs() + 0.01)),
+    "log1p": lambda: Elementwise(lambda x: torch.log1p(x.abs())),
+    "square": lambda: Elementwise(lambda x: x ** 2),
+}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("op", sorted(POINTWISE))
+def test_every_pointwise_op_of_one_tensor_is_one_int8_table(op, target):
+    """silu, hardsigmoid, sqrt, log2/log10/log1p stayed float on both targets (ExecuTorch's Cortex-M backend
+    lowers them to quantized_activation): any deterministic pointwise op of one tensor is a 256-entry table
+    on the Cortex-M, kept whole through to_edge so its decomposition does not run in float."""
+    torch.manual_seed(0)
+    result, cal = _compile(nn.Sequential(nn.Linear(8, 8), POINTWISE[op]()), [(2, 8)], target)
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    for inputs in cal[:3]:
+        check_case(result, inputs)

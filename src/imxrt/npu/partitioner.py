@@ -20,6 +20,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from imxrt.npu import support
 from imxrt.npu.backend import ImxrtNeutronBackend
 from imxrt.passes.qdq import Cluster, find_clusters, is_compute, is_dequantize, is_quantize, tensor_args
+from imxrt.quantization.rules import is_pointwise_unary
 from imxrt.targets import Target
 
 # ExecuTorch finds a backend among BackendDetails' subclasses by class name: importing the class here is
@@ -41,7 +42,10 @@ _KEEP_WHEN_ALL_INT8 = (_aten.prelu.default,)
 def ops_to_keep_whole(program: ExportedProgram) -> list[torch._ops.OpOverload]:
     """The aten ops ``to_edge`` must not decompose in ``program`` (``EdgeCompileConfig.preserve_ops``)."""
     keep = list(KEEP_WHOLE)
-    for op in _KEEP_WHEN_ALL_INT8:
+    # an int8 pointwise op of one tensor (silu, hardsigmoid) is one table on the CPU: decomposed, its
+    # primitives would run in float between a dequantize and a quantize
+    pointwise = {n.target for n in program.graph.nodes if is_pointwise_unary(n) and torch.Tag.core not in n.target.tags}
+    for op in (*_KEEP_WHEN_ALL_INT8, *sorted(pointwise, key=str)):
         nodes = [n for n in program.graph.nodes if n.op == "call_function" and n.target == op]
         if nodes and all(all(is_dequantize_aten(a) for a in tensor_args(n)) for n in nodes):
             keep.append(op)

@@ -73,7 +73,7 @@ class ImxrtQuantizer(Quantizer):
         for node in model.graph.nodes:
             if node.op != "call_function" or _ANNOTATION in node.meta:
                 continue
-            rule = table.get(node.target)
+            rule = rules.rule_for(table, node)
             if rule is None or not _is_float_tensor(node):
                 continue
             self._annotate(node, rule)

@@ -184,6 +184,36 @@ for _table in (NPU_RULES, CPU_RULES):
                    if functional in _table})
 
 
+# The key under which a table quantizes every other pointwise op of one tensor (silu, hardsigmoid, sqrt,
+# log2, erf, x ** 2, ...): the Cortex-M runs each as one 256-entry table (cortex_m::quantized_activation).
+POINTWISE_UNARY = "pointwise unary op"
+CPU_RULES[POINTWISE_UNARY] = Compute()
+
+
+def is_pointwise_unary(node: torch.fx.Node) -> bool:
+    """A deterministic elementwise aten op (torch's pointwise tag) of exactly one float tensor, its first
+    argument, whose result has that tensor's shape and dtype."""
+    op = node.target
+    if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload):
+        return False
+    if torch.Tag.pointwise not in op.tags or torch.Tag.nondeterministic_seeded in op.tags:
+        return False
+    tensors = [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, torch.fx.Node)]
+    if len(tensors) != 1 or not node.args or node.args[0] is not tensors[0]:
+        return False
+    before, after = tensors[0].meta.get("val"), node.meta.get("val")
+    return (isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor)
+            and before.dtype.is_floating_point and after.dtype == before.dtype and after.shape == before.shape)
+
+
+def rule_for(table: RuleTable, node: torch.fx.Node) -> Rule | None:
+    """``node``'s rule in ``table``: its op's row, or the pointwise row for a pointwise op of one tensor."""
+    rule = table.get(node.target)
+    if rule is None and POINTWISE_UNARY in table and is_pointwise_unary(node):
+        return table[POINTWISE_UNARY]
+    return rule
+
+
 def compose(*tables: RuleTable) -> RuleTable:
     """One rule set from several devices' tables. An op both devices quantize must get the same rule on
     both, or a tensor crossing the NPU/CPU boundary would need requantizing: that is our bug, so it raises."""

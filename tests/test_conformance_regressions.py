@@ -423,3 +423,27 @@ def test_every_pointwise_op_of_one_tensor_is_one_int8_table(op, target):
     assert result.report["summary"]["ops_cpu_float"] == 0
     for inputs in cal[:3]:
         check_case(result, inputs)
+
+
+class Broadcasts(nn.Module):
+    """Squeeze-excite's channel scale, a row bias, and a subtraction of a per-channel mean."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 8, 3, padding=1)
+
+    def forward(self, x, row):
+        y = torch.relu(self.conv(x))
+        scale = torch.sigmoid(y.mean((2, 3), keepdim=True))
+        return y * scale, y + row, y - y.mean((2, 3), keepdim=True)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_broadcasting_add_sub_mul_run_in_int8_on_the_cpu(target):
+    """[1, 8, 1, 1] * [1, 8, 5, 5] (the squeeze-excite pattern) and other broadcasts were float on the CPU
+    (the CMSIS-NN kernels take equal shapes): the broadcast operand is expanded in int8 first."""
+    torch.manual_seed(0)
+    result, cal = _compile(Broadcasts(), [(1, 4, 5, 5), (1, 1, 1, 5)], target)
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    for inputs in cal[:3]:
+        check_case(result, inputs)

@@ -375,10 +375,18 @@ def _binary_with_constant_lut(rw: Rewrite, kernel: str) -> Node:
     return _activation(rw, x_dq, table)
 
 
-def _same_shapes(rw: Rewrite, a: Node, b: Node) -> None:
-    if shape_of(a) != shape_of(b):
-        raise NotLowered(f"operands of shapes {list(shape_of(a))} and {list(shape_of(b))} need broadcasting, "
-                         "which the CMSIS-NN kernel does not do")
+def _broadcast(rw: Rewrite, a: Node, b: Node, a_dq: Node, b_dq: Node) -> tuple[Node, Node]:
+    """The int8 operands at the output's shape: one that broadcasts (the squeeze-excite [1, C, 1, 1] scale
+    of a [1, C, H, W] map) is expanded by a copy first (portable expand_copy on its int8 values); the
+    elementwise kernels take equal shapes."""
+    out_shape = list(shape_of(rw.cluster.quantizes[0]))
+
+    def expanded(x: Node, x_dq: Node) -> Node:
+        if list(shape_of(x_dq)) == out_shape:
+            return x
+        return rw.emit(edge.expand_copy.default, (x, out_shape), val=rw.like(out_shape))
+
+    return expanded(a, a_dq), expanded(b, b_dq)
 
 
 def lower_add(rw: Rewrite) -> Node:
@@ -404,7 +412,7 @@ def _add_or_sub(rw: Rewrite, subtract: bool) -> Node:
     coefficient = -alpha if subtract else alpha
     a_dq, b_dq = rw.anchor.args[:2]
     a, b, q_a, q_b, out = rw.int8(a_dq), rw.int8(b_dq), rw.qparams(a_dq), rw.qparams(b_dq), rw.output_qparams()
-    _same_shapes(rw, a_dq, b_dq)
+    a, b = _broadcast(rw, a, b, a_dq, b_dq)
     scale_b = _f32(q_b.scale * abs(coefficient))
     p = elementwise.prepare_add(q_a.scale, q_a.zero_point, scale_b, q_b.zero_point, out.scale, out.zero_point,
                                 *rw.activation_range(out))
@@ -422,7 +430,7 @@ def lower_mul(rw: Rewrite) -> Node:
     rw.no_fused_activation()
     a_dq, b_dq = rw.anchor.args[:2]
     a, b, q_a, q_b, out = rw.int8(a_dq), rw.int8(b_dq), rw.qparams(a_dq), rw.qparams(b_dq), rw.output_qparams()
-    _same_shapes(rw, a_dq, b_dq)
+    a, b = _broadcast(rw, a, b, a_dq, b_dq)
     p = elementwise.prepare_mul(q_a.scale, q_a.zero_point, q_b.scale, q_b.zero_point, out.scale, out.zero_point,
                                 INT8_MIN, INT8_MAX)
     args = (a, p.input1_zero_point, b, p.input2_zero_point, p.output_zero_point, p.multiplier, p.shift)

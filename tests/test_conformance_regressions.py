@@ -447,3 +447,17 @@ def test_broadcasting_add_sub_mul_run_in_int8_on_the_cpu(target):
     assert result.report["summary"]["ops_cpu_float"] == 0
     for inputs in cal[:3]:
         check_case(result, inputs)
+
+
+class Transposed(nn.Module):
+    def forward(self, x):
+        return torch.relu(x).t()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_t_is_int8_data_movement(target):
+    """x.t() (ExecuTorch's t_operator case) had no int8 rule and ran in float on both targets."""
+    result, cal = _compile(Transposed(), [(4, 3)], target)
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    for inputs in cal[:2]:
+        check_case(result, inputs)

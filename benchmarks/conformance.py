@@ -219,6 +219,7 @@ def main(argv=None) -> int:
     parser.add_argument("--target", choices=(*TARGETS, UPSTREAM_CORTEX_M), action="append",
                         help=f"default: both imxrt targets and {UPSTREAM_CORTEX_M} (the peer's int8 figure)")
     parser.add_argument("--filter", default="", help="only cases whose name contains this")
+    parser.add_argument("--case", action="append", help="only this case (its full name; repeatable)")
     parser.add_argument("--limit", type=int, default=None, help="at most this many cases (in name order)")
     parser.add_argument("--source", choices=("cortex_m", "nxp", "all"), default="all")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
@@ -241,7 +242,7 @@ def main(argv=None) -> int:
 
     cases = {"cortex_m": _conformance_cases.cortex_m_cases, "nxp": _conformance_cases.nxp_cases,
              "all": _conformance_cases.all_cases}[args.source]()
-    cases = [c for c in cases if args.filter in c.name]
+    cases = [c for c in cases if args.filter in c.name and (not args.case or c.name in args.case)]
     cases.sort(key=lambda c: c.name)
     if args.limit is not None:
         cases = cases[:args.limit]

@@ -269,10 +269,20 @@ class _StepAsideLoader(importlib.abc.Loader):
     def exec_module(self, module) -> None:
         global _definitions
         _definitions._destroy()
+        _forget_edge_ops()
         try:
             self._loader.exec_module(module)
         finally:
             _definitions = _define_missing()
+
+
+def _forget_edge_ops() -> None:
+    """Drop ExecuTorch's cached edge-dialect ``cortex_m`` namespace: its op objects wrap the torch ops
+    just destroyed, and a program compiled after the new definitions through them crashed the process
+    (``std::bad_alloc``). The next lookup builds it on the new definitions."""
+    edge = sys.modules.get("executorch.exir.dialects._ops")
+    if edge is not None:
+        edge.ops.edge.__dict__.pop(NAMESPACE, None)
 
     def __getattr__(self, name):  # get_source, get_filename, ... for inspect and tracebacks
         return getattr(self._loader, name)

@@ -473,3 +473,26 @@ def test_t_is_int8_data_movement(target):
     assert result.report["summary"]["ops_cpu_float"] == 0
     for inputs in cal[:2]:
         check_case(result, inputs)
+
+
+def _batch_norm(module):
+    torch.manual_seed(0)
+    module.running_mean.normal_()
+    module.running_var.uniform_(0.5, 2.0)
+    module.weight.data.normal_()
+    module.bias.data.normal_()
+    return module
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_batch_norm_on_its_own_is_an_int8_depthwise_convolution(target):
+    """A standalone nn.BatchNorm2d stayed float and took 40-110 s to compile (torchao's QAT conv-BN matcher
+    on an unfused BN); it is a per-channel affine map: a depthwise 1x1 convolution."""
+    for module, shape in ((nn.BatchNorm2d(4), (1, 4, 5, 5)), (nn.BatchNorm1d(4), (1, 4, 10))):
+        result, cal = _compile(_batch_norm(module), [shape], target)
+        assert result.report["summary"]["ops_cpu_float"] == 0
+        for inputs in cal[:3]:
+            check_case(result, inputs)
+        float_out = module.eval()(cal[0][0]).detach().numpy()
+        ours = imxrt.runtime.load(result.pte).forward(*cal[0])[0]
+        assert np.abs(ours - float_out).max() <= 0.03 * np.abs(float_out).max()

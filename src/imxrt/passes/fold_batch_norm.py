@@ -2,7 +2,11 @@
 
     %y = conv2d(%x, %w, %b)                   %y = conv2d(%x, %w', %b')
     %z = batch_norm(%y, γ, β, μ, σ², eps)  →  (%z replaced by %y)
-with w' = w · γ/√(σ²+eps) per output channel and b' = (b − μ) · γ/√(σ²+eps) + β.
+with w' = w · γ/√(σ²+eps) per output channel and b' = (b − μ) · γ/√(σ²+eps) + β. A batch norm with no
+such producer is a per-channel affine map, so it becomes a depthwise 1x1 convolution (int8 on the NPU and
+on the Cortex-M; it stayed float, and torchao's QAT conv-BN matcher spent 40-110 s on it):
+
+    %z = batch_norm(%x, γ, β, μ, σ², eps)  →  %z = conv2d(%x, γ/√(σ²+eps), β − μ·γ/√(σ²+eps), groups=C)
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class FoldBatchNormPass(PassBase):
                 or len(producer.users) != 1
                 or bn.args[5]  # training mode: statistics are not constants
             ):
+                modified |= _as_depthwise_conv(gm, bn)
                 continue
             gamma, beta, mean, var = (constant_value(gm, a) for a in bn.args[1:5])
             weight = constant_value(gm, producer.args[1])
@@ -75,3 +80,35 @@ class FoldBatchNormPass(PassBase):
             gm.graph.erase_node(bn)
             modified = True
         return PassResult(finish(gm) if modified else gm, modified)
+
+
+# input rank -> the depthwise convolution a standalone batch norm becomes (1-D becomes 2-D after this pass)
+_DEPTHWISE = {3: aten.conv1d.default, 4: aten.conv2d.default}
+
+
+def _as_depthwise_conv(gm: GraphModule, bn) -> bool:
+    """An eval-mode batch norm with constant statistics on an [N, C, L] or [N, C, H, W] tensor -> a
+    depthwise 1x1 convolution with the same per-channel scale and shift."""
+    value = bn.args[0].meta.get("val") if hasattr(bn.args[0], "meta") else None
+    if bn.args[5] or not isinstance(value, torch.Tensor) or value.dim() not in _DEPTHWISE:
+        return False
+    gamma, beta, mean, var = (constant_value(gm, a) for a in bn.args[1:5])
+    if mean is None or var is None:
+        return False
+    channels = mean.numel()
+    gamma = gamma if gamma is not None else torch.ones(channels)
+    beta = beta if beta is not None else torch.zeros(channels)
+    factor = gamma.to(torch.float64) / torch.sqrt(var.to(torch.float64) + bn.args[7])
+    weight = factor.reshape([channels] + [1] * (value.dim() - 1)).to(value.dtype)
+    bias = (beta.to(torch.float64) - mean.to(torch.float64) * factor).to(value.dtype)
+    weight_node = add_constant(gm, bn, "batch_norm_weight", weight)
+    bias_node = add_constant(gm, bn, "batch_norm_bias", bias)
+    spatial = value.dim() - 2
+    with gm.graph.inserting_before(bn):
+        conv = gm.graph.call_function(_DEPTHWISE[value.dim()], (bn.args[0], weight_node, bias_node, [1] * spatial,
+                                                                 [0] * spatial, [1] * spatial, channels))
+    conv.meta.update({k: v for k, v in bn.meta.items() if k != "val"})
+    conv.meta["val"] = bn.meta.get("val")
+    bn.replace_all_uses_with(conv)
+    gm.graph.erase_node(bn)
+    return True

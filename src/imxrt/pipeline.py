@@ -49,6 +49,7 @@ from imxrt.npu.litert.errors import UnsupportedForLiteRT
 from imxrt.npu.partitioner import NpuPartitioner, PlacementLog, ops_to_keep_whole
 from imxrt.passes import EDGE_PASSES, run_aten_passes
 from imxrt.passes.int8_io import IO_CHOICES, make_io_int8
+from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
 from imxrt.profiling.etrecord import etrecord_bytes
 from imxrt.profiling.instructions import EDGE_NAME, instruction_table
 from imxrt.quantization import ImxrtQuantizer, calibrate
@@ -407,19 +408,17 @@ def _delegate_to_npu(edge: EdgeProgramManager, edge_program: Callable[[], EdgePr
         try:
             return edge.to_backend(partitioner)
         except UnsupportedForLiteRT as e:
-            names = _compute_nodes_of(edge_program().exported_program().graph, e.node_name)
+            edge = edge_program()
+            names = _compute_nodes_of(edge.exported_program().graph, e.node_name)
             if not names or all(name in refused for name in names):
                 raise
             log.info("%s; keeping %s on the CPU", e, ", ".join(names))
             refused.update({name: e.problem for name in names})
-            edge = edge_program()
 
 
 def _compute_nodes_of(graph: torch.fx.Graph, name: str) -> list[str]:
     """The compute nodes a refused node stands for: itself, or the op that writes the int8 tensor a
     quantize node makes, or the ops that read the tensor a dequantize node makes."""
-    from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
-
     node = next((n for n in graph.nodes if n.name == name), None)
     if node is None:
         return []

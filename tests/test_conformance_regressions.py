@@ -496,3 +496,50 @@ def test_a_batch_norm_on_its_own_is_an_int8_depthwise_convolution(target):
         float_out = module.eval()(cal[0][0]).detach().numpy()
         ours = imxrt.runtime.load(result.pte).forward(*cal[0])[0]
         assert np.abs(ours - float_out).max() <= 0.03 * np.abs(float_out).max()
+
+
+REDUCTIONS_TO_RANK_4 = {
+    "amax_5d_dim0": (lambda x: torch.amax(x, 0), (2, 3, 4, 5, 6)),
+    "amin_6d": (lambda x: torch.amin(x, (1, -1)), (1, 2, 3, 4, 5, 6)),
+    "mean_5d_dim0": (lambda x: torch.mean(x, 0), (2, 3, 4, 5, 6)),
+    "sum_6d": (lambda x: torch.sum(x, (1, -1)), (1, 2, 3, 4, 5, 6)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REDUCTIONS_TO_RANK_4))
+def test_a_reduction_to_a_rank_4_result_lands_in_nhwc(case):
+    """ExecuTorch's TestKeepDimFalseFormatHandling cases: a 5-D or 6-D reduction without keepdim left its
+    result in the input's dim order, where the rank-4 result is stored NHWC; TFLM agreed with the
+    partition (it was self-consistent) and the .pte was 30-167 LSB off the quantized program."""
+    function, shape = REDUCTIONS_TO_RANK_4[case]
+    result, cal = _compile(Elementwise(lambda x: F_max_pool_identity(function(x))), [shape], "imxrt700")
+    assert result.report["summary"]["partitions"] == 1
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+
+
+def F_max_pool_identity(x):
+    """A 1x1 max pool: keeps the result rank-4 and on the NPU, as the upstream models do."""
+    return torch.nn.functional.max_pool2d(x, 1)
+
+
+class AddmmRowBias(nn.Module):
+    def __init__(self, bias_shape):
+        super().__init__()
+        self.weight, self.bias = nn.Parameter(torch.randn(6, 7)), nn.Parameter(torch.randn(bias_shape))
+
+    def forward(self, x):
+        return torch.addmm(self.bias, x, self.weight)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_addmm_with_a_2d_bias_and_a_mean_over_every_dim(target):
+    """addmm with a (1, 7) or (3, 7) bias became a linear layer with a 2-D bias, which the host runtime
+    could not bind; mean(x, keepdim=True) over every dim (dim None) raised a TypeError in the CPU lowering."""
+    for bias_shape in ((1, 7), (3, 7)):
+        result, cal = _compile(AddmmRowBias(bias_shape), [(3, 6)], target)
+        for inputs in cal[:2]:
+            check_case(result, inputs)
+    result, cal = _compile(Elementwise(lambda x: torch.mean(x, None, keepdim=True)), [(2, 4, 6, 8)], target)
+    for inputs in cal[:2]:
+        check_case(result, inputs)

@@ -602,8 +602,9 @@ def lower_spatial_mean(rw: Rewrite) -> Node:
     """mean over H and W of a rank-4 tensor -> one quantized_avg_pool2d over the whole plane (plus a
     view without keepdim). Its rounding is AVERAGE_POOL_2D's (the sum divided by H*W, halves away from
     zero), not TFLM MEAN's fixed-point 1 / (H*W): the two can differ by 1 LSB."""
-    x_dq, dims = rw.anchor.args[:2]
+    x_dq = rw.anchor.args[0]
     shape = shape_of(x_dq)
+    dims = _arg(rw.anchor, 1, "dim") or list(range(len(shape)))  # None or []: every dimension
     if len(shape) != 4 or sorted(int(d) % 4 for d in dims) != [2, 3]:
         raise NotLowered(f"mean over dims {list(dims)} of a rank-{len(shape)} tensor (only H and W of a "
                          "rank-4 tensor is an average pool)")

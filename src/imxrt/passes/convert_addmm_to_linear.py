@@ -1,7 +1,7 @@
 """ConvertAddmmToLinearPass: ``addmm`` with a constant weight is a linear layer.
 
-    %y = addmm(%b, %x, %W)            →  %y = linear(%x, %Wt, %b)     (%Wt = W.t(), a new constant)
-    %y = addmm(%b, %x, %w, beta=β, alpha=α), %w an activation  →  %y = add(mul(mm(%x, %w), α), mul(%b, β))
+    %y = addmm(%b, %x, %W)            →  %y = linear(%x, %Wt, %b)     (%Wt = W.t(), a new constant; %b 1-D)
+    %y = addmm(%b, %x, %w, beta=β, alpha=α), otherwise   →  %y = add(mul(mm(%x, %w), α), mul(%b, β))
 The NPU's FULLY_CONNECTED and CMSIS-NN's fully connected kernel are reached through ``linear`` (int32 bias
 at the input and weight scales); ``addmm`` had no int8 rule and ran in float on the CPU.
 """
@@ -29,7 +29,9 @@ class ConvertAddmmToLinearPass(PassBase):
             beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
             value = constant_value(gm, weight)
             with gm.graph.inserting_before(node):
-                if value is not None and beta == 1 and alpha == 1 and value.dim() == 2:
+                bias_value = bias.meta.get("val") if isinstance(bias, torch.fx.Node) else None
+                row_bias = isinstance(bias_value, torch.Tensor) and bias_value.dim() == 1
+                if value is not None and beta == 1 and alpha == 1 and value.dim() == 2 and row_bias:
                     transposed = add_constant(gm, node, "addmm_weight", value.t().contiguous())
                     replacement = gm.graph.call_function(aten.linear.default, (x, transposed, bias))
                 else:

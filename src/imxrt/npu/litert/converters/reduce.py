@@ -42,10 +42,13 @@ class Reduce:
         quant = x.quantization if self.keeps_qparams else None
         reducer_options = lambda keep: options(schema.ReducerOptionsT, keepDims=keep)  # noqa: E731
         axes_tensor = ctx.int32_constant("axes", axes)
-        # Without keepdim the remaining stored dims must already be in edge order, else reduce with
-        # keepdim and let a view put them in order.
+        # Without keepdim the remaining stored dims must already be in the output's stored order (NHWC for
+        # a rank-4 result: a 5-D input reduced over dim 0 is not), else reduce with keepdim and let a view
+        # put them in order.
         remaining = [layout.stored_order(rank)[k] for k in range(rank) if k not in axes]
-        if keepdim or remaining == sorted(remaining):
+        position = {d: i for i, d in enumerate(sorted(remaining))}
+        in_output_order = [position[d] for d in remaining] == list(layout.stored_order(len(remaining)))
+        if keepdim or in_output_order:
             ctx.emit_result(self.builtin, [x, axes_tensor], out, reducer_options(keepdim), quantization=quant)
             return
         kept_edge = [1 if d in {a % rank for a in dims} else s for d, s in enumerate(in_shape)]

@@ -543,3 +543,24 @@ def test_addmm_with_a_2d_bias_and_a_mean_over_every_dim(target):
     result, cal = _compile(Elementwise(lambda x: torch.mean(x, None, keepdim=True)), [(2, 4, 6, 8)], target)
     for inputs in cal[:2]:
         check_case(result, inputs)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_grouped_transposed_conv_bias_has_a_scale_per_output_channel(target):
+    """ConvTranspose2d(9, 3, 3, groups=3) (an upstream NXP case): the bias got one scale for its three
+    channels (the weight's per-group scale), and ExecuTorch's C++ dequantize_per_channel aborted the
+    process (signal 6) on it."""
+    torch.manual_seed(0)
+    result, cal = _compile(nn.ConvTranspose2d(9, 3, 3, groups=3), [(3, 9, 11, 13)], target)
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+
+
+def test_the_host_runtime_refuses_a_per_channel_count_the_c_kernel_would_abort_on():
+    from imxrt.runtime import ops
+
+    kernel = ops._dense_operands(torch.ops.quantized_decomposed.dequantize_per_channel.out)
+    values = torch.zeros(3, 1, 2, dtype=torch.int8)
+    with pytest.raises(ValueError, match="1 scales for 3 channels along axis 0"):
+        kernel(values, torch.ones(1), torch.zeros(1, dtype=torch.int64), 0, -127, 127, torch.int8,
+               out=torch.empty(3, 1, 2))

@@ -7,6 +7,8 @@ layers. Bias: int32 at s_in * s_w[c] with zero point 0.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch.fx import Node
 from torchao.quantization.pt2e import (
@@ -77,12 +79,17 @@ def weight_spec(channel_axis: int, qat: bool = False, per_channel: bool = True) 
                             observer_or_fake_quant_ctr=observer)
 
 
-def _bias_qparams(observers) -> tuple[torch.Tensor, torch.Tensor]:
-    """Bias scale per output channel: s_in * s_w[c], zero point 0 (TFLite and CMSIS-NN require it)."""
+def _bias_qparams(observers, groups: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bias scale per output channel: s_in * s_w[c], zero point 0 (TFLite and CMSIS-NN require it). A
+    grouped transposed conv's weight [C_in, C_out / groups, kh, kw] has one scale per output channel of a
+    group, shared by every group: its C_out bias channels repeat them ``groups`` times (one scale for
+    three channels made a program ExecuTorch's dequantize kernel aborts on)."""
     input_observer, weight_observer = observers
     input_scale, _ = input_observer.calculate_qparams()
     weight_scale, _ = weight_observer.calculate_qparams()
     scale = (input_scale * weight_scale).to(torch.float32)
+    if groups > 1:
+        scale = scale.reshape(-1).repeat(groups)
     return scale, torch.zeros_like(scale, dtype=torch.int32)
 
 
@@ -90,9 +97,11 @@ def bias_spec(op_node: Node, input_node: Node, weight_node: Node, per_channel: b
               ) -> DerivedQuantizationSpec:
     """int32 at s_in * s_w: per output channel when the weight is, else one scale (a per-channel bias with
     a single scale is a program ExecuTorch's dequantize kernel refuses)."""
+    transposed_groups = op_node.args[6] if op_node.target == torch.ops.aten.conv_transpose2d.input and len(
+        op_node.args) > 6 else 1
     return DerivedQuantizationSpec(
         derived_from=[(input_node, op_node), (weight_node, op_node)],
-        derive_qparams_fn=_bias_qparams,
+        derive_qparams_fn=functools.partial(_bias_qparams, groups=int(transposed_groups)),
         dtype=torch.int32,
         quant_min=INT32_MIN + 1,
         quant_max=INT32_MAX,

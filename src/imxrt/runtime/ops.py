@@ -43,12 +43,26 @@ def _empty_into_out(size, *, out, **_):
     return out
 
 
+def _check_channel_count(values, scales, zero_points, axis) -> None:
+    """The C++ per-channel kernels assert one scale and zero point per slice along ``axis`` and abort the
+    process otherwise: a program that breaks it is refused here instead."""
+    size = values.size(int(axis)) if -values.dim() <= int(axis) < values.dim() else None
+    for name, tensor in (("scales", scales), ("zero points", zero_points)):
+        if isinstance(tensor, torch.Tensor) and tensor.numel() != size:
+            raise ValueError(f"{tensor.numel()} {name} for {size} channels along axis {axis} of a "
+                             f"{tuple(values.shape)} tensor")
+
+
 def _dense_operands(kernel: Callable) -> Callable:
     """ExecuTorch's C++ quantize/dequantize kernels index their tensors as contiguous: given other strides
     (a dim order the program may hold, [1, 0, 2, 3] for a [4, 1, 3, 3] weight) they wrote out of bounds.
     Such operands go in as contiguous copies, and the result is copied into the planned view."""
 
+    per_channel = "per_channel" in getattr(kernel, "__name__", str(kernel))
+
     def call(*args, out, **kwargs):
+        if per_channel:
+            _check_channel_count(*args[:4])
         if all(_dense(a) for a in (*args, out, *kwargs.values()) if isinstance(a, torch.Tensor)):
             return kernel(*args, out=out, **kwargs)
         args = [a.clone(memory_format=torch.contiguous_format) if isinstance(a, torch.Tensor) and not _dense(a)

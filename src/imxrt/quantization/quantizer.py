@@ -114,6 +114,8 @@ class ImxrtQuantizer(Quantizer):
         else:
             assert isinstance(rule, rules.SharedWithInput)
             first = inputs[0]
+            if first.op == "get_attr":
+                return  # moving a constant (W.t() of a weight) is constant folding, not an int8 op
             input_specs[first] = in_spec(first)
             shared = SharedQuantizationSpec((first, node))
             for other in inputs[1:]:

@@ -343,18 +343,34 @@ class PlusBufferStatistic(nn.Module):
         return torch.relu(self.conv(x)).mean([2, 3]) + self.stats.mean([0])
 
 
-def test_a_node_the_litert_lowering_refuses_stays_on_the_cpu_with_the_reason():
+def test_a_node_the_litert_lowering_refuses_stays_on_the_cpu_with_the_reason(monkeypatch):
     """Both failed the whole compile ("LiteRT lowering: ..."): the capability table accepted a node the
-    lowering then refused. A dtype equal to the reduction's own is no conversion: all on the NPU."""
+    lowering then refused (the buffer statistic is now folded as the constant it is; a dtype equal to the
+    reduction's own is no conversion: all on the NPU). Any node the lowering still refuses is left on the
+    CPU with its reason: here MEAN is made to refuse."""
+    from imxrt.npu.litert import converters
+    from imxrt.npu.litert.errors import UnsupportedForLiteRT
+
     torch.manual_seed(0)
     result, cal = _compile(MeanWithDtype(), [(1, 3, 6, 6)], "imxrt700")
     assert result.report["summary"]["partitions"] == 1 and result.report["summary"]["ops_cpu_float"] == 0
     assert all(op["placement"] == "npu" for op in result.report["ops"] if "quantize" not in op["op"])
     check_case(result, cal[0])
     result, cal = _compile(PlusBufferStatistic(), [(1, 3, 6, 6)], "imxrt700")
-    reasons = [op["reason"] for op in result.report["ops"] if op["placement"] != "npu"]
-    assert any("the LiteRT lowering refused it" in reason for reason in reasons), reasons
-    for inputs in cal[:3]:
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+
+    def refuse(ctx, node):
+        raise UnsupportedForLiteRT(node, "refused for this test")
+
+    (mean_op,) = [op for op in converters.CONVERTERS if getattr(op, "__name__", "") == "aten.mean.dim"]
+    monkeypatch.setitem(converters.CONVERTERS, mean_op, refuse)
+    result, cal = _compile(PlusBufferStatistic(), [(1, 3, 6, 6)], "imxrt700")
+    means = [op for op in result.report["ops"] if op["op"] == "aten.mean.dim"]
+    assert means and all(op["placement"] == "cpu" and "the LiteRT lowering refused it: refused for this test"
+                         in op["reason"] for op in means)
+    assert result.report["summary"]["partitions"] >= 1
+    for inputs in cal[:2]:
         check_case(result, inputs)
 
 

@@ -46,6 +46,9 @@ def instruction_table(program: ExecutorchProgramManager, latency: dict) -> dict:
     rows, mapped, partitions, index = [], set(), 0, 0
     for node in filter(_emits_instruction, graph_module.graph.nodes):
         call = instructions[index].instr_args if index < len(instructions) else None
+        if node.target is memory.view and not (isinstance(call, schema.KernelCall)
+                                               and operator_name(plan.operators[call.op_index]) == _VIEW):
+            continue  # elided: the next node takes this instruction (a delegate call's too)
         if isinstance(call, schema.DelegateCall):
             assert getattr(node.target, "__name__", "") == "executorch_call_delegate", (index, node.name)
             rows.append({"instruction": index, "delegate": plan.delegates[call.delegate_index].id,
@@ -53,8 +56,6 @@ def instruction_table(program: ExecutorchProgramManager, latency: dict) -> dict:
             partitions += 1
         elif isinstance(call, schema.KernelCall):
             name = operator_name(plan.operators[call.op_index])
-            if node.target is memory.view and name != _VIEW:
-                continue  # elided: the next node takes this instruction
             assert node.target is memory.view or node.target.name() == name, (index, node.name, name)
             row = {"instruction": index, "op": name}
             edge_name = node.meta.get(EDGE_NAME, node.name)

@@ -580,3 +580,15 @@ def test_the_host_runtime_refuses_a_per_channel_count_the_c_kernel_would_abort_o
     with pytest.raises(ValueError, match="1 scales for 3 channels along axis 0"):
         kernel(values, torch.ones(1), torch.zeros(1, dtype=torch.int64), 0, -127, 127, torch.int8,
                out=torch.empty(3, 1, 2))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_amax_and_amin_pick_int8_values_on_the_cpu(target):
+    """amax / amin were float on imxrt700-cpu (32 of ExecuTorch's NXP cases that its Cortex-M backend
+    lowers to int8): they pick values, so input and output share qparams and ExecuTorch's portable
+    kernels run them on the int8 bytes."""
+    model = Elementwise(lambda x: (torch.amax(x, -1), torch.amin(x, (1, 2), keepdim=True)))
+    result, cal = _compile(model, [(2, 3, 4, 5)], target)
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    for inputs in cal[:2]:
+        check_case(result, inputs)

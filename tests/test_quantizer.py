@@ -86,27 +86,27 @@ def test_device_rules_compose_into_one_set_and_a_disagreement_raises():
     combined, cpu_only = rules.rules_for(get_target("imxrt700")), rules.rules_for(get_target("imxrt700-cpu"))
     assert set(combined) == set(rules.NPU_RULES) | set(rules.CPU_RULES)
     assert aten.gelu.default in combined and aten.gelu.default not in rules.NPU_RULES  # CPU LUT only
-    assert aten.amax.default in combined and aten.amax.default not in cpu_only  # NPU REDUCE_MAX; no CMSIS-NN
+    assert aten.sum.dim_IntList in combined and aten.sum.dim_IntList not in cpu_only  # NPU SUM; no CMSIS-NN
     assert aten.sub.Tensor in cpu_only  # quantized_add with the second multiplier negated
     assert cpu_only == rules.CPU_RULES
     with pytest.raises(ValueError, match="disagree"):
         rules.compose({aten.tanh.default: rules.Compute()}, {aten.tanh.default: rules.FixedOutput(1 / 128, 0)})
 
 
-class AmaxGelu(nn.Module):
+class SumGelu(nn.Module):
     def forward(self, x, y):
-        return torch.nn.functional.gelu(x), torch.amax(y, -1)
+        return torch.nn.functional.gelu(x), torch.sum(y, -1)
 
 
-@pytest.mark.parametrize(("target", "amax_is_int8"), [("imxrt700", True), ("imxrt700-cpu", False)])
-def test_an_op_only_the_npu_runs_in_int8_stays_float_on_a_cpu_only_target(target, amax_is_int8):
+@pytest.mark.parametrize(("target", "sum_is_int8"), [("imxrt700", True), ("imxrt700-cpu", False)])
+def test_an_op_only_the_npu_runs_in_int8_stays_float_on_a_cpu_only_target(target, sum_is_int8):
     from imxrt.targets import get_target
 
     data = _calibration((1, 16), (1, 16))
-    program = int8_edge_program(AmaxGelu(), data[0], data, target=get_target(target))
-    (amax,) = nodes_named(program, "aten.amax.default")
+    program = int8_edge_program(SumGelu(), data[0], data, target=get_target(target))
+    (reduction,) = nodes_named(program, "aten.sum.dim_IntList")
     (gelu,) = nodes_named(program, "aten.gelu.default")
-    assert is_dequantize(amax.args[0]) == amax_is_int8
+    assert is_dequantize(reduction.args[0]) == sum_is_int8
     assert is_dequantize(gelu.args[0])  # gelu is an int8 table lookup on both
 
 

@@ -744,7 +744,8 @@ CPU_KERNELS: dict[object, CpuKernel] = {
     **{op: CpuKernel(_PORTABLE, lower_portable) for op in (
         edge.view_copy.default, edge.squeeze_copy.dims, edge.squeeze_copy.dim, edge.unsqueeze_copy.default,
         edge.clone.default, edge.slice_copy.Tensor, edge.cat.default, edge.upsample_nearest2d.vec,
-        edge.expand_copy.default, edge.select_copy.int, edge.alias_copy.default)},
+        edge.expand_copy.default, edge.select_copy.int, edge.alias_copy.default, edge.amax.default,
+        edge.amin.default)},
 }
 POINTWISE = CpuKernel("cortex_m::quantized_activation", lower_pointwise)
 

@@ -120,13 +120,15 @@ NPU_RULES: RuleTable = {
     aten.amin.default: SharedWithInput(),
     aten.maximum.default: SharedWithInput(),
     aten.minimum.default: SharedWithInput(),
+    aten.amax.default: SharedWithInput(),
+    aten.amin.default: SharedWithInput(),
     **{op: SharedWithInput() for op in _DATA_MOVEMENT},
 }
 
 # The ops the Cortex-M runs in int8 (the cortex_m kernels of reference/cortex_m.md, and data movement on
 # portable kernels): every elementwise unary op is one 256-entry table lookup there, so gelu is int8 too.
-# prelu, sum, amax, amin and bilinear upsampling have no CMSIS-NN kernel: on a CPU-only target they
-# stay float rather than carry Q/DQ pairs around a float op.
+# prelu, sum and bilinear upsampling have no CMSIS-NN kernel: on a CPU-only target they stay float rather
+# than carry Q/DQ pairs around a float op. amax / amin pick values (shared qparams): portable kernels on int8.
 CPU_RULES: RuleTable = {
     aten.conv2d.default: Weighted(),
     aten.conv2d.padding: Weighted(),
@@ -163,6 +165,8 @@ CPU_RULES: RuleTable = {
     aten.mean.dim: SharedWithInput(),  # a mean over H and W is an average pool
     aten.maximum.default: SharedWithInput(),
     aten.minimum.default: SharedWithInput(),
+    aten.amax.default: SharedWithInput(),
+    aten.amin.default: SharedWithInput(),
     **{op: SharedWithInput() for op in _DATA_MOVEMENT},
 }
 

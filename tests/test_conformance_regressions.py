@@ -592,3 +592,81 @@ def test_amax_and_amin_pick_int8_values_on_the_cpu(target):
     assert result.report["summary"]["ops_cpu_float"] == 0
     for inputs in cal[:2]:
         check_case(result, inputs)
+
+
+def _round_half_away(values: torch.Tensor) -> torch.Tensor:
+    return torch.sign(values) * torch.floor(values.abs() + 0.5)
+
+
+POOLS = {  # ExecuTorch's Cortex-M ceil-mode cases, and windows that overhang the padding
+    "avg 2x2 ceil": nn.AvgPool2d(2, ceil_mode=True),
+    "avg 3x3 s2 pad1 ceil": nn.AvgPool2d(3, 2, padding=1, ceil_mode=True, count_include_pad=False),
+    "avg 3x3 s2 pad1 counting ceil": nn.AvgPool2d(3, 2, padding=1, ceil_mode=True, count_include_pad=True),
+    "avg 2x3 s2x3 ceil": nn.AvgPool2d((2, 3), (2, 3), ceil_mode=True),
+    "max 3x3 s2 pad1 ceil": nn.MaxPool2d(3, 2, padding=1, ceil_mode=True),
+    "max 2x2 ceil": nn.MaxPool2d(2, ceil_mode=True),
+    "max 3x2 s2x3 ceil": nn.MaxPool2d((3, 2), (2, 3), ceil_mode=True),
+}
+
+
+@pytest.mark.parametrize("name", POOLS)
+def test_ceil_mode_pools_take_pytorchs_windows_in_int8(name):
+    """Ceil-mode pools were float on the CPU (ExecuTorch's Cortex-M backend lowers them to int8): an average
+    pool is the kernel's own ceil mode (it averages the taps inside its input: PyTorch's divisor), a max pool
+    pads with -128 and pools in floor mode. Input and output share qparams, so with int8 I/O each output
+    is exactly PyTorch's pool of the int8 values (the mean of the stored bytes rounded half away from zero,
+    as CMSIS-NN and TFLM average)."""
+    pool = POOLS[name]
+    generator = torch.Generator().manual_seed(0)
+    cal = [(torch.randn(1, 3, 7, 11, generator=generator),) for _ in range(8)]
+    result = compile(pool.eval(), cal[0], "imxrt700-cpu", cal, CompileOptions(show_progress=False, io="int8"))
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    (given,) = result.report["io"]["inputs"]
+    zero_point = given["zero_point"]
+    program = imxrt.runtime.load(result.pte)
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        q = rng.integers(-128, 128, size=(1, 3, 7, 11), dtype=np.int8)
+        (got,) = program.forward(q)
+        centered = torch.from_numpy(q).double() - zero_point
+        expected = _round_half_away(pool(centered) + zero_point)  # padding counts as the zero point
+        np.testing.assert_array_equal(got, expected.numpy().astype(np.int8))
+
+
+class Binary(nn.Module):
+    def __init__(self, function):
+        super().__init__()
+        self.function = function
+
+    def forward(self, x, y):
+        return self.function(x, y)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_division_by_a_tensor_is_int8_on_the_cpu(target):
+    """x / y was float (ExecuTorch's Cortex-M backend lowers it to its quantized_div kernel): it is that
+    kernel now, with a broadcast operand expanded first (the kernel takes equal shapes)."""
+    model = Binary(lambda x, y: (x / y, x / y[:, :1]))
+    generator = torch.Generator().manual_seed(0)
+    cal = [(torch.randn(2, 3, 4, 5, generator=generator), torch.rand(2, 3, 4, 5, generator=generator) + 0.5)
+           for _ in range(8)]
+    result = compile(model.eval(), cal[0], target, cal, CompileOptions(show_progress=False))
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    assert "cortex_m.quantized_div.default" in {op["kernel"] for op in result.report["ops"]}
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("pads, shape", [((1, 2), (2, 3, 6)), ((1, 1, 2, 0), (1, 3, 5, 6)),
+                                         ((1, 1, 1, 1, 1, 1), (1, 2, 3, 4, 5))])
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+def test_reflection_and_replication_pads_are_int8_data_movement(mode, pads, shape, target):
+    """A reflect pad was float on imxrt700-cpu (6 of ExecuTorch's NXP cases its Cortex-M backend lowers to
+    int8), and a 3-D one was decomposed into index arithmetic: every reflect / replicate pad is its core op
+    on ExecuTorch's portable kernel, on the int8 values."""
+    model = Elementwise(lambda x: torch.nn.functional.pad(x, pads, mode))
+    result, cal = _compile(model, [shape], target)
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    for inputs in cal[:2]:
+        check_case(result, inputs)

@@ -5,10 +5,11 @@ non-``_nhwc`` variants) read and write them with the channels_last dim order ``[
 what CMSIS-NN computes on). So a rank-4 tensor is channels_last exactly when its producer is one of those
 ops, or a layout-agnostic elementwise op (add, mul, lookup-table activations, min/max, pad) reading a
 channels_last tensor. Every other op (view/reshape, linear, softmax, transpose, the portable data-movement
-kernels, the quantize/dequantize at the model boundary, NPU delegate calls, the model outputs) takes
-contiguous tensors. One ``_to_dim_order_copy`` per value and dim order converts where producer and consumer
-disagree: a CNN gets one after its input quantize and one where its spatial part ends (before the flatten
-or the classifier), and none between its convolutions, pools and residual adds.
+kernels, dequantizes to float, NPU delegate calls, the model outputs) takes contiguous tensors (a layout
+copy before a dequantize moves int8 bytes, not floats, and leaves an int8 output for ``--io int8``).
+One ``_to_dim_order_copy`` per value and dim order converts where producer and consumer disagree: a CNN
+gets one after its input quantize and one where its spatial part ends (before the flatten or the
+classifier), and none between its convolutions, pools and residual adds.
 
     q = cortex_m.quantize_per_tensor(x)                     # contiguous, model input
     q_cl = _to_dim_order_copy(q, dim_order=[0, 2, 3, 1])
@@ -48,8 +49,8 @@ def spatial_ops() -> frozenset:
 def agnostic_ops() -> frozenset:
     """Elementwise ops that work on the bytes in either order, as long as all operands share it."""
     return frozenset(cortex_m(name) for name in (
-        "quantized_add", "quantized_mul", "quantized_activation", "minimum", "maximum", "pad",
-        "quantize_per_tensor", "dequantize_per_tensor"))
+        "quantized_add", "quantized_mul", "quantized_div", "quantized_activation", "minimum", "maximum", "pad",
+        "quantize_per_tensor"))
 
 
 _VIEW = exir_ops.edge.aten.view_copy.default

@@ -26,6 +26,7 @@ from torch.fx import Node
 from imxrt.cpu import scratch
 from imxrt.cpu.isa import Isa
 from imxrt.cpu.lowering_graph import Editor
+from imxrt.cpu.ops_shapes import pool_output_size
 from imxrt.kernels import activations, elementwise
 from imxrt.kernels.requantize import (
     INT8_MAX,
@@ -437,6 +438,22 @@ def lower_mul(rw: Rewrite) -> Node:
     return rw.emit(cortex_m("quantized_mul"), args)
 
 
+def lower_div(rw: Rewrite) -> Node:
+    """div(a, b) of two int8 tensors -> quantized_div (the stock kernel divides in float32 and scales by
+    s1 / (s2 s_out); CMSIS-NN has no integer division). A division by a constant became a mul earlier."""
+    rw.no_fused_activation()
+    if _arg(rw.anchor, 2, "rounding_mode") is not None:
+        raise NotLowered(f"rounding_mode={_arg(rw.anchor, 2, 'rounding_mode')!r}")
+    a_dq, b_dq = rw.anchor.args[:2]
+    if not (is_dequantize(a_dq) and is_dequantize(b_dq)):
+        raise NotLowered("an operand is a float constant")
+    a, b, q_a, q_b, out = rw.int8(a_dq), rw.int8(b_dq), rw.qparams(a_dq), rw.qparams(b_dq), rw.output_qparams()
+    a, b = _broadcast(rw, a, b, a_dq, b_dq)
+    effective_scale = _f32(np.float64(_f32(q_a.scale)) / (np.float64(_f32(q_b.scale)) * np.float64(_f32(out.scale))))
+    args = (a, q_a.zero_point, b, q_b.zero_point, out.zero_point, effective_scale)
+    return rw.emit(cortex_m("quantized_div"), args)
+
+
 def _min_max(name: str) -> Callable[[Rewrite], Node]:
     def lower(rw: Rewrite) -> Node:
         rw.no_fused_activation()
@@ -556,35 +573,40 @@ def lower_softmax(rw: Rewrite) -> Node:
 # --- pooling -----------------------------------------------------------------------------------------------------
 
 def _avg_pool(rw: Rewrite, x_dq: Node, kernel, stride, padding, count_include_pad: bool,
-              val: torch.Tensor | None = None) -> Node:
+              val: torch.Tensor | None = None, ceil_mode: bool = False) -> Node:
     rw.no_fused_activation()
     q = rw.shared_qparams(x_dq)
     x, in_shape = rw.int8(x_dq), shape_of(x_dq)
+    out_shape = tuple(val.shape) if val is not None else shape_of(rw.cluster.quantizes[0])
     if padding != [0, 0] and count_include_pad:
-        # the average counts the padding: pad with the zero point first, then pool without padding
+        # the average counts the padding: pad with the zero point first, then pool without padding (the
+        # kernel counts only taps inside its input, so a ceil-mode overhang past the padding is not counted,
+        # as in PyTorch)
         padded = (in_shape[0], in_shape[1], in_shape[2] + 2 * padding[0], in_shape[3] + 2 * padding[1])
+        if ceil_mode and [pool_output_size(padded[axis], kernel[i], stride[i], 0, 1, True)
+                          for i, axis in enumerate((2, 3))] != list(out_shape[2:]):
+            raise NotLowered("ceil_mode=True with a last window that starts in the padding")
         x = rw.emit(cortex_m("pad"), (x, [0, 0, padding[0], padding[1]], [0, 0, padding[0], padding[1]],
                                       q.zero_point), val=rw.like(padded))
         in_shape, padding = padded, [0, 0]
-    out_shape = tuple(val.shape) if val is not None else shape_of(rw.cluster.quantizes[0])
     multiplier, shift = quantize_multiplier_scalar(1.0)  # input and output share qparams
     nbytes = scratch.avg_pool2d_scratch_bytes(rw.isa, nhwc(in_shape), nhwc(out_shape), tuple(kernel),
                                               tuple(stride), tuple(padding))
-    args = (x, kernel, stride, padding, False, q.zero_point, multiplier, shift, rw.scratch(nbytes))
+    args = (x, kernel, stride, padding, ceil_mode, q.zero_point, multiplier, shift, rw.scratch(nbytes))
     return rw.emit(cortex_m("quantized_avg_pool2d"), args, val=val)
 
 
 def lower_avg_pool(rw: Rewrite) -> Node:
-    """avg_pool2d -> quantized_avg_pool2d (padding the average counts becomes a pad with the zero point)."""
+    """avg_pool2d -> quantized_avg_pool2d (padding the average counts becomes a pad with the zero point;
+    ceil_mode is the kernel's own, which averages the taps inside its input)."""
     node = rw.anchor
     kernel = _pair(node.args[1], (1, 1))
     stride = _pair(_arg(node, 2, "stride"), tuple(kernel))
-    if _arg(node, 4, "ceil_mode", False):
-        raise NotLowered("ceil_mode=True")
     if _arg(node, 6, "divisor_override") is not None:
         raise NotLowered("divisor_override")
     return _avg_pool(rw, node.args[0], kernel, stride, _pair(_arg(node, 3, "padding"), (0, 0)),
-                     bool(_arg(node, 5, "count_include_pad", True)))
+                     bool(_arg(node, 5, "count_include_pad", True)),
+                     ceil_mode=bool(_arg(node, 4, "ceil_mode", False)))
 
 
 def lower_adaptive_avg_pool(rw: Rewrite) -> Node:
@@ -618,20 +640,28 @@ def lower_spatial_mean(rw: Rewrite) -> Node:
 
 
 def lower_max_pool(rw: Rewrite) -> Node:
-    """max_pool2d(_with_indices) -> quantized_max_pool2d (indices unused)."""
+    """max_pool2d(_with_indices) -> quantized_max_pool2d (indices unused). The kernel takes no ceil_mode:
+    a ceil-mode pool pads the input with -128 (never a window's maximum: every window holds an input tap)
+    so that the floor-mode pool over it ends where PyTorch's ceil-mode pool does."""
     rw.no_fused_activation()
     node = rw.anchor
     x_dq = node.args[0]
     q = rw.shared_qparams(x_dq)
     kernel = _pair(node.args[1], (1, 1))
     stride = _pair(_arg(node, 2, "stride"), tuple(kernel))
+    padding = _pair(_arg(node, 3, "padding"), (0, 0))
     dilation = _pair(_arg(node, 4, "dilation"), (1, 1))
     if dilation != [1, 1]:
         raise NotLowered(f"dilation={dilation}")
+    x = rw.int8(x_dq)
     if _arg(node, 5, "ceil_mode", False):
-        raise NotLowered("ceil_mode=True")
-    args = (rw.int8(x_dq), kernel, stride, _pair(_arg(node, 3, "padding"), (0, 0)), dilation, False,
-            q.zero_point, q.zero_point, INT8_MIN, INT8_MAX)
+        in_shape, out_shape = shape_of(x_dq), shape_of(rw.cluster.quantizes[0])
+        after = [max(padding[i], (out_shape[axis] - 1) * stride[i] + kernel[i] - in_shape[axis] - padding[i])
+                 for i, axis in enumerate((2, 3))]
+        padded = (*in_shape[:2], in_shape[2] + padding[0] + after[0], in_shape[3] + padding[1] + after[1])
+        x = rw.emit(cortex_m("pad"), (x, [0, 0, *padding], [0, 0, *after], INT8_MIN), val=rw.like(padded))
+        padding = [0, 0]
+    args = (x, kernel, stride, padding, dilation, False, q.zero_point, q.zero_point, INT8_MIN, INT8_MAX)
     return rw.emit(cortex_m("quantized_max_pool2d"), args)
 
 
@@ -730,6 +760,7 @@ CPU_KERNELS: dict[object, CpuKernel] = {
     edge.add.Tensor: CpuKernel("cortex_m::quantized_add", lower_add),
     edge.sub.Tensor: CpuKernel("cortex_m::quantized_add (negated second multiplier)", lower_sub),
     edge.mul.Tensor: CpuKernel("cortex_m::quantized_mul", lower_mul),
+    edge.div.Tensor: CpuKernel("cortex_m::quantized_div", lower_div),
     edge.maximum.default: CpuKernel("cortex_m::maximum", _min_max("maximum")),
     edge.minimum.default: CpuKernel("cortex_m::minimum", _min_max("minimum")),
     edge._softmax.default: CpuKernel("cortex_m::softmax", lower_softmax),
@@ -745,7 +776,9 @@ CPU_KERNELS: dict[object, CpuKernel] = {
         edge.view_copy.default, edge.squeeze_copy.dims, edge.squeeze_copy.dim, edge.unsqueeze_copy.default,
         edge.clone.default, edge.slice_copy.Tensor, edge.cat.default, edge.upsample_nearest2d.vec,
         edge.expand_copy.default, edge.select_copy.int, edge.alias_copy.default, edge.amax.default,
-        edge.amin.default)},
+        edge.amin.default, edge.reflection_pad1d.default, edge.reflection_pad2d.default,
+        edge.reflection_pad3d.default, edge.replication_pad1d.default, edge.replication_pad2d.default,
+        edge.replication_pad3d.default)},
 }
 POINTWISE = CpuKernel("cortex_m::quantized_activation", lower_pointwise)
 

@@ -35,7 +35,9 @@ _aten = torch.ops.aten
 # (a Compute rule) and the NPU takes every int8 hardswish; prelu (no portable kernel) is kept only when
 # every one is int8.
 KEEP_WHOLE = (_aten.linear.default, _aten.hardswish.default, _aten.upsample_nearest2d.vec,
-               _aten.upsample_bilinear2d.vec, _aten.reflection_pad1d.default, _aten.reflection_pad2d.default)
+              _aten.upsample_bilinear2d.vec, _aten.reflection_pad1d.default, _aten.reflection_pad2d.default,
+              _aten.reflection_pad3d.default, _aten.replication_pad1d.default, _aten.replication_pad2d.default,
+              _aten.replication_pad3d.default)
 _KEEP_WHEN_ALL_INT8 = (_aten.prelu.default,)
 
 

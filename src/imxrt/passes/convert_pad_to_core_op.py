@@ -20,8 +20,10 @@ aten = torch.ops.aten
 _CORE_PAD = {
     ("reflect", 1): aten.reflection_pad1d.default,
     ("reflect", 2): aten.reflection_pad2d.default,
+    ("reflect", 3): aten.reflection_pad3d.default,
     ("replicate", 1): aten.replication_pad1d.default,
     ("replicate", 2): aten.replication_pad2d.default,
+    ("replicate", 3): aten.replication_pad3d.default,
 }
 
 

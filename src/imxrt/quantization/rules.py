@@ -72,8 +72,9 @@ _DATA_MOVEMENT = (
     aten.cat.default, aten.concat.default, aten.view.default, aten.reshape.default, aten.flatten.using_ints,
     aten.permute.default, aten.transpose.int, aten.t.default, aten.squeeze.dim, aten.squeeze.dims,
     aten.unsqueeze.default, aten.slice.Tensor, aten.pad.default, aten.constant_pad_nd.default,
-    aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.replication_pad1d.default,
-    aten.replication_pad2d.default, aten.upsample_nearest2d.vec, aten.contiguous.default, aten.clone.default,
+    aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default,
+    aten.replication_pad1d.default, aten.replication_pad2d.default, aten.replication_pad3d.default,
+    aten.upsample_nearest2d.vec, aten.contiguous.default, aten.clone.default,
 )
 
 RuleTable = dict[torch._ops.OpOverload, Rule]
@@ -120,8 +121,6 @@ NPU_RULES: RuleTable = {
     aten.amin.default: SharedWithInput(),
     aten.maximum.default: SharedWithInput(),
     aten.minimum.default: SharedWithInput(),
-    aten.amax.default: SharedWithInput(),
-    aten.amin.default: SharedWithInput(),
     **{op: SharedWithInput() for op in _DATA_MOVEMENT},
 }
 

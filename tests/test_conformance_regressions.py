@@ -670,3 +670,42 @@ def test_reflection_and_replication_pads_are_int8_data_movement(mode, pads, shap
     assert result.report["summary"]["ops_cpu_float"] == 0
     for inputs in cal[:2]:
         check_case(result, inputs)
+
+
+MATMULS = {  # ExecuTorch's Cortex-M matmul cases (rank 3, rank 4, broadcast batch) and an mm of activations
+    "rank 3": ((2, 4, 8), (2, 8, 3)),
+    "rank 4": ((2, 2, 4, 8), (2, 2, 8, 3)),
+    "broadcast batch": ((1, 4, 8), (3, 8, 5)),
+    "rank 2": ((4, 8), (8, 3)),
+}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", MATMULS)
+def test_a_product_of_two_activations_is_an_int8_batch_matmul(name, target):
+    """matmul / mm of two activations was float on both targets (to_edge decomposes matmul after
+    quantization, and mm has only a fully connected kernel): it is one bmm over rank-3 views now."""
+    result, cal = _compile(Binary(torch.matmul), MATMULS[name], target)
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    assert "cortex_m.quantized_batch_matmul.default" in {op["kernel"] for op in result.report["ops"]}
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+
+
+CLAMPS = {
+    "full_like bounds": lambda x, y: torch.clamp(x, torch.full_like(x, -0.5), torch.full_like(x, 1.0)),
+    "zeros_like lower bound": lambda x, y: torch.clamp(x, min=torch.zeros_like(x)),
+    "tensor bounds": lambda x, y: torch.clamp(x, min=y, max=y + 1.0),
+    "broadcast upper bound": lambda x, y: torch.clamp(x, max=y[:, :1]),
+}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", CLAMPS)
+def test_a_clamp_with_tensor_bounds_is_int8(name, target):
+    """clamp.Tensor had no int8 rule (ExecuTorch's Cortex-M case standalone_clamp_tensor): uniform bounds
+    make it a scalar clamp, other bounds an element-wise maximum / minimum."""
+    result, cal = _compile(Binary(CLAMPS[name]), [(2, 3, 4, 5), (2, 3, 4, 5)], target)
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    for inputs in cal[:2]:
+        check_case(result, inputs)

@@ -5,8 +5,10 @@ from __future__ import annotations
 from torch.fx import GraphModule
 
 from imxrt.passes.convert_addmm_to_linear import ConvertAddmmToLinearPass
+from imxrt.passes.convert_clamp_tensor import ConvertClampTensorPass
 from imxrt.passes.convert_conv1d_to_conv2d import ConvertConv1dToConv2dPass
 from imxrt.passes.convert_div_to_mul import ConvertDivToMulPass
+from imxrt.passes.convert_matmul_to_bmm import ConvertMatmulToBmmPass
 from imxrt.passes.convert_pad_to_core_op import ConvertPadToCoreOpPass
 from imxrt.passes.convert_scalar_operands_to_float import ConvertScalarOperandsToFloatPass
 from imxrt.passes.fold_batch_norm import FoldBatchNormPass
@@ -17,11 +19,12 @@ from imxrt.passes.unshare_parameters import UnshareParametersPass
 
 # Order matters: in-place ops become functional first, so every later pass sees values, not writes; no-ops
 # go next so a dropout between conv and batch norm does not block folding;
-# batch norms fold before conv1d becomes conv2d, whose trailing squeeze would separate them; parameters are
+# batch norms fold before conv1d becomes conv2d, whose trailing squeeze would separate them; addmm goes before
+# matmul, as its non-linear form is an mm of two activations; parameters are
 # unshared last, after the passes that read or replace them, so each use is quantized at its own scale.
 ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, FoldBatchNormPass, ConvertConv1dToConv2dPass,
-               ConvertAddmmToLinearPass, ConvertDivToMulPass, ConvertScalarOperandsToFloatPass,
-               ConvertPadToCoreOpPass, UnshareParametersPass)
+               ConvertAddmmToLinearPass, ConvertMatmulToBmmPass, ConvertClampTensorPass, ConvertDivToMulPass,
+               ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass, UnshareParametersPass)
 
 
 # Run by to_edge_transform_and_lower after decomposition, before the partitioners see the graph.

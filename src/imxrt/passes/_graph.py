@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
+from torch._guards import detect_fake_mode
 from torch.fx import GraphModule, Node
+from torch.utils._pytree import tree_leaves, tree_map
 
 
 def constant_value(gm: GraphModule, node: object) -> torch.Tensor | None:
@@ -34,3 +38,15 @@ def finish(gm: GraphModule) -> GraphModule:
     gm.graph.lint()
     gm.recompile()
     return gm
+
+
+def call(gm: GraphModule, target, args: tuple, like: Node | None = None) -> Node:
+    """A new ``call_function`` node (at the graph's insertion point) with its ``val`` computed from its
+    arguments' (under their fake mode), and ``like``'s provenance metadata (stack trace, module path)."""
+    node = gm.graph.call_function(target, args)
+    values = tree_map(lambda a: a.meta.get("val") if isinstance(a, Node) else a, args)
+    with detect_fake_mode(tree_leaves(values)) or contextlib.nullcontext():
+        node.meta["val"] = target(*values)
+    if like is not None:
+        node.meta.update({k: v for k, v in like.meta.items() if k not in ("val", "tensor_meta")})
+    return node

@@ -12,7 +12,7 @@ import torch
 from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import add_constant, constant_value, finish
+from imxrt.passes._graph import add_constant, call, constant_value, finish
 
 aten = torch.ops.aten
 
@@ -35,12 +35,12 @@ class ConvertAddmmToLinearPass(PassBase):
                     transposed = add_constant(gm, node, "addmm_weight", value.t().contiguous())
                     replacement = gm.graph.call_function(aten.linear.default, (x, transposed, bias))
                 else:
-                    product = gm.graph.call_function(aten.mm.default, (x, weight))
+                    product = call(gm, aten.mm.default, (x, weight), like=node)
                     if alpha != 1:
-                        product = gm.graph.call_function(aten.mul.Tensor, (product, alpha))
+                        product = call(gm, aten.mul.Tensor, (product, alpha), like=node)
                     if beta != 1:
-                        bias = gm.graph.call_function(aten.mul.Tensor, (bias, beta))
-                    replacement = gm.graph.call_function(aten.add.Tensor, (product, bias))
+                        bias = call(gm, aten.mul.Tensor, (bias, beta), like=node)
+                    replacement = call(gm, aten.add.Tensor, (product, bias), like=node)
             replacement.meta.update({k: v for k, v in node.meta.items() if k != "val"})
             replacement.meta["val"] = node.meta.get("val")
             node.replace_all_uses_with(replacement)

@@ -606,14 +606,17 @@ POOLS = {  # ExecuTorch's Cortex-M ceil-mode cases, and windows that overhang th
     "max 3x3 s2 pad1 ceil": nn.MaxPool2d(3, 2, padding=1, ceil_mode=True),
     "max 2x2 ceil": nn.MaxPool2d(2, ceil_mode=True),
     "max 3x2 s2x3 ceil": nn.MaxPool2d((3, 2), (2, 3), ceil_mode=True),
+    "max 3x3 dilation 2": nn.MaxPool2d(3, 1, dilation=2),
+    "max 2x2 s2 dilation 2 pad1 ceil": nn.MaxPool2d(2, 2, padding=1, dilation=2, ceil_mode=True),
 }
 
 
 @pytest.mark.parametrize("name", POOLS)
-def test_ceil_mode_pools_take_pytorchs_windows_in_int8(name):
+def test_ceil_mode_and_dilated_pools_take_pytorchs_windows_in_int8(name):
     """Ceil-mode pools were float on the CPU (ExecuTorch's Cortex-M backend lowers them to int8): an average
     pool is the kernel's own ceil mode (it averages the taps inside its input: PyTorch's divisor), a max pool
-    pads with -128 and pools in floor mode. Input and output share qparams, so with int8 I/O each output
+    pads with -128 and pools in floor mode; a dilated max pool is ExecuTorch's portable kernel on the int8
+    values (CMSIS-NN has no dilation). Input and output share qparams, so with int8 I/O each output
     is exactly PyTorch's pool of the int8 values (the mean of the stored bytes rounded half away from zero,
     as CMSIS-NN and TFLM average)."""
     pool = POOLS[name]

@@ -15,6 +15,7 @@ act_min, act_max, alloc(uint8[N]))``.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -642,7 +643,8 @@ def lower_spatial_mean(rw: Rewrite) -> Node:
 def lower_max_pool(rw: Rewrite) -> Node:
     """max_pool2d(_with_indices) -> quantized_max_pool2d (indices unused). The kernel takes no ceil_mode:
     a ceil-mode pool pads the input with -128 (never a window's maximum: every window holds an input tap)
-    so that the floor-mode pool over it ends where PyTorch's ceil-mode pool does."""
+    so that the floor-mode pool over it ends where PyTorch's ceil-mode pool does. A dilated pool stays on
+    the portable kernel, on the int8 values."""
     rw.no_fused_activation()
     node = rw.anchor
     x_dq = node.args[0]
@@ -651,9 +653,14 @@ def lower_max_pool(rw: Rewrite) -> Node:
     stride = _pair(_arg(node, 2, "stride"), tuple(kernel))
     padding = _pair(_arg(node, 3, "padding"), (0, 0))
     dilation = _pair(_arg(node, 4, "dilation"), (1, 1))
-    if dilation != [1, 1]:
-        raise NotLowered(f"dilation={dilation}")
     x = rw.int8(x_dq)
+    if dilation != [1, 1]:
+        # CMSIS-NN pools have no dilation: ExecuTorch's portable kernel picks the int8 values
+        ceil_mode = bool(_arg(node, 5, "ceil_mode", False))
+        values = rw.like(shape_of(rw.cluster.quantizes[0]))
+        pooled = rw.emit(edge.max_pool2d_with_indices.default, (x, kernel, stride, padding, dilation, ceil_mode),
+                         val=(values, values.new_empty(values.shape, dtype=torch.long)))
+        return rw.emit(operator.getitem, (pooled, 0))
     if _arg(node, 5, "ceil_mode", False):
         in_shape, out_shape = shape_of(x_dq), shape_of(rw.cluster.quantizes[0])
         after = [max(padding[i], (out_shape[axis] - 1) * stride[i] + kernel[i] - in_shape[axis] - padding[i])

@@ -712,3 +712,21 @@ def test_a_clamp_with_tensor_bounds_is_int8(name, target):
     assert result.report["summary"]["ops_cpu_float"] == 0
     for inputs in cal[:2]:
         check_case(result, inputs)
+
+
+def test_rsqrt_goes_to_the_npu_only_when_no_input_is_negative():
+    """TFLM's and LiteRT's int8 RSQRT fail on an input below its zero point; on random-signed inputs the
+    NPU partition could not even be checked (8 of ExecuTorch's cases). RSQRT is delegated only when the
+    input's zero point is -128, and otherwise is the CPU's table, defined for every int8 input."""
+    model = Elementwise(torch.rsqrt)
+    signed, cal = _compile(model, [(2, 8)], "imxrt700")
+    assert signed.report["summary"]["partitions"] == 0
+    assert signed.report["summary"]["ops_cpu_float"] == 0
+    (rsqrt,) = [op for op in signed.report["ops"] if op["op"] == "aten.rsqrt.default"]
+    assert "input zero point" in rsqrt["reason"]
+    for inputs in cal[:2]:
+        check_case(signed, inputs, model)  # NaN where PyTorch's rsqrt is NaN: not compared
+    positive, cal = _compile(Elementwise(lambda x: torch.rsqrt(x.abs() + 0.25)), [(2, 8)], "imxrt700")
+    assert [op["placement"] for op in positive.report["ops"] if op["op"] == "aten.rsqrt.default"] == ["npu"]
+    for inputs in cal[:2]:
+        check_case(positive, inputs)

@@ -172,6 +172,14 @@ def add_sub_unit_alpha(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]
     return alpha == 1, f"alpha {alpha}"
 
 
+def rsqrt_input_never_negative(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """RSQRT fails on an int8 input below its zero point ("only defined for positive values" in TFLM and
+    LiteRT): only an input whose zero point is -128 holds no negative value."""
+    q = cluster.input_qparams(0)
+    zero_point = q.zero_point if q else None
+    return zero_point == -128, f"input zero point {zero_point} (values below it are negative)"
+
+
 # --- pooling and reductions -------------------------------------------------------------------------------
 
 def _pool_window(node: Node) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -295,7 +303,7 @@ SUPPORTED: dict[object, NeutronOp] = {
     edge.tanh.default: NeutronOp("TANH"),
     edge.exp.default: NeutronOp("EXP"),
     edge.log.default: NeutronOp("LOG"),
-    edge.rsqrt.default: NeutronOp("RSQRT"),
+    edge.rsqrt.default: NeutronOp("RSQRT", (rsqrt_input_never_negative,)),
     edge.hardswish.default: NeutronOp("HARD_SWISH"),
     edge.leaky_relu.default: NeutronOp("LEAKY_RELU"),
     edge.abs.default: NeutronOp("ABS"),

@@ -16,6 +16,10 @@ compare bit for bit, and compare the ``.pte``'s outputs with ``CompileResult.qua
     all-NPU        every compute op in NeutronBackend partitions (imxrt700)
     TFLM bit-exact every partition call equals TFLM on the same int8 tensors
     pte≈quantized  the .pte's outputs within the rounding bound of the quantized program
+
+Beside them, the peers on the same cases: ``upstream-cortex-m`` (ExecuTorch's Cortex-M backend: int8-only
+when no float op is left) and ``upstream-nxp`` (ExecuTorch's NXP backend with the SDK stand-in of
+``upstream_nxp``: all-NPU when every compute op is delegated); the cases a peer does better are listed.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # program_checks, oracles: the s
 TARGETS = ("imxrt700", "imxrt700-cpu")
 # ExecuTorch's own Cortex-M backend on the same case, as the peer's figure: does it lower it to int8?
 UPSTREAM_CORTEX_M = "upstream-cortex-m"
+UPSTREAM_NXP = "upstream-nxp"
+UPSTREAM = (UPSTREAM_CORTEX_M, UPSTREAM_NXP)
 CALIBRATION_SAMPLES = 8
 _QDQ_OPS = ("quantize_per_tensor", "dequantize_per_tensor")
 
@@ -124,12 +130,41 @@ def run_upstream_cortex_m(case) -> dict:
             "problems": []}
 
 
+def run_upstream_nxp(case) -> dict:
+    """ExecuTorch's NXP backend on ``case`` (``upstream_nxp.run_upstream``: its own pipeline, the SDK stand-in
+    for the target query, the converter call intercepted), with our calibration samples: all-NPU when every
+    compute op is inside a NeutronBackend delegate. Upstream's NXP flow has no int8 CPU kernels, so an op
+    left outside a delegate runs in float: int8-only is all-NPU there."""
+    import torch
+    import upstream_nxp
+
+    record = {"case": case.name, "target": UPSTREAM_NXP}
+    shapes = case.shapes()
+    if shapes is None:
+        calibration, example = None, case.example
+    else:
+        generator = torch.Generator().manual_seed(0)
+        calibration = [tuple(torch.randn(s, generator=generator) for s in shapes)
+                       for _ in range(CALIBRATION_SAMPLES)]
+        example = calibration[0]
+    result = upstream_nxp.run_upstream(case.model.eval(), example, calibration)
+    if result.error is not None and "lower" not in result.seconds:
+        return {**record, "status": "refused", "message": result.error}
+    whole = result.partitions > 0 and not result.cpu_nodes
+    return {**record, "status": "compiled", "partitions": result.partitions, "int8_only": whole, "all_npu": whole,
+            "float_ops": sorted(set(result.cpu_nodes))[:4], "problems": []}
+
+
+_UPSTREAM_RUNS = {UPSTREAM_CORTEX_M: run_upstream_cortex_m, UPSTREAM_NXP: run_upstream_nxp}
+
+
 def _child(case, targets, connection) -> None:
     warnings.filterwarnings("ignore")
     import logging
     logging.disable(logging.WARNING)
     for target in targets:
-        connection.send(run_upstream_cortex_m(case) if target == UPSTREAM_CORTEX_M else run_case(case, target))
+        run = _UPSTREAM_RUNS.get(target)
+        connection.send(run(case) if run is not None else run_case(case, target))
     connection.close()
 
 
@@ -200,11 +235,18 @@ def behind_upstream(results: list[dict]) -> list[str]:
                   if r["target"] == "imxrt700-cpu" and r["case"] in upstream and not r.get("int8_only"))
 
 
+def behind_upstream_npu(results: list[dict]) -> list[str]:
+    """Cases ExecuTorch's NXP backend delegates whole that imxrt700 does not put wholly on the NPU."""
+    upstream = {r["case"] for r in results if r["target"] == UPSTREAM_NXP and r.get("all_npu")}
+    return sorted(f"{r['case']}: partly on the CPU here, all on the NPU in ExecuTorch's NXP backend"
+                  for r in results if r["target"] == "imxrt700" and r["case"] in upstream and not r.get("all_npu"))
+
+
 def failures(results: list[dict]) -> list[str]:
     """One line per case that failed a check (refusals are listed too: each should name a real limit)."""
     lines = []
     for r in sorted(results, key=lambda r: (r["status"], r["case"], r["target"])):
-        if r["target"] == UPSTREAM_CORTEX_M:
+        if r["target"] in UPSTREAM:
             continue
         if r["status"] in ("raw", "crashed", "refused"):
             lines.append(f"{r['case']} {r['target']}: {r['status']}: {r.get('message', '')}")
@@ -216,8 +258,9 @@ def failures(results: list[dict]) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", choices=(*TARGETS, UPSTREAM_CORTEX_M), action="append",
-                        help=f"default: both imxrt targets and {UPSTREAM_CORTEX_M} (the peer's int8 figure)")
+    parser.add_argument("--target", choices=(*TARGETS, *UPSTREAM), action="append",
+                        help=f"default: both imxrt targets, {UPSTREAM_CORTEX_M} (the peer's int8 figure) and "
+                             f"{UPSTREAM_NXP} (the peer's all-NPU figure)")
     parser.add_argument("--filter", default="", help="only cases whose name contains this")
     parser.add_argument("--case", action="append", help="only this case (its full name; repeatable)")
     parser.add_argument("--limit", type=int, default=None, help="at most this many cases (in name order)")
@@ -246,14 +289,19 @@ def main(argv=None) -> int:
     cases.sort(key=lambda c: c.name)
     if args.limit is not None:
         cases = cases[:args.limit]
-    targets = tuple(args.target or (*TARGETS, UPSTREAM_CORTEX_M))
+    targets = tuple(args.target or (*TARGETS, *UPSTREAM))
     start = time.perf_counter()
     results = run_all(cases, targets, args.jobs, args.timeout)
     print(f"{len(cases)} upstream test cases x {len(targets)} targets in {time.perf_counter() - start:.0f} s")
     print("\n".join(summarize(results, targets)))
-    behind = behind_upstream(results)
-    print(f"\n{len(behind)} cases ExecuTorch's Cortex-M backend lowers to int8 and imxrt700-cpu does not:")
-    print("\n".join(behind))
+    if UPSTREAM_CORTEX_M in targets:
+        behind = behind_upstream(results)
+        print(f"\n{len(behind)} cases ExecuTorch's Cortex-M backend lowers to int8 and imxrt700-cpu does not:")
+        print("\n".join(behind))
+    if UPSTREAM_NXP in targets:
+        behind = behind_upstream_npu(results)
+        print(f"\n{len(behind)} cases ExecuTorch's NXP backend puts wholly on the NPU and imxrt700 does not:")
+        print("\n".join(behind))
     failing = failures(results)
     print(f"\n{len(failing)} failing or refused:")
     print("\n".join(failing))

@@ -730,3 +730,14 @@ def test_rsqrt_goes_to_the_npu_only_when_no_input_is_negative():
     assert [op["placement"] for op in positive.report["ops"] if op["op"] == "aten.rsqrt.default"] == ["npu"]
     for inputs in cal[:2]:
         check_case(positive, inputs)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_float_alpha_folds_into_the_second_operands_scale(target):
+    """add(x, y, alpha=0.5) stayed float on both targets (ExecuTorch's Cortex-M backend declines it too):
+    any finite alpha scales the second operand's scale, as an integer one did."""
+    model = Binary(lambda x, y: (torch.add(x, y, alpha=0.5), torch.sub(x, y, alpha=-1.75)))
+    result, cal = _compile(model, [(4, 5), (4, 5)], target)
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    for inputs in cal[:2]:
+        check_case(result, inputs)

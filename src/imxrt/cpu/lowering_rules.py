@@ -403,10 +403,10 @@ def lower_sub(rw: Rewrite) -> Node:
 
 
 def _add_or_sub(rw: Rewrite, subtract: bool) -> Node:
-    """a + alpha b (a - alpha b): an integer alpha scales b's scale (and its sign b's multiplier's sign)."""
+    """a + alpha b (a - alpha b): alpha scales b's scale (and its sign b's multiplier's sign)."""
     alpha = rw.anchor.kwargs.get("alpha", 1)
-    if not isinstance(alpha, int) or alpha == 0 or abs(alpha) > INT8_MAX:
-        raise NotLowered(f"alpha={alpha} (an integer alpha folds into the second operand's scale)")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha == 0 or not math.isfinite(alpha):
+        raise NotLowered(f"alpha={alpha} (a finite non-zero alpha folds into the second operand's scale)")
     if _constant_operand(rw) is not None:
         if alpha != 1:
             raise NotLowered(f"alpha={alpha} with a constant operand")

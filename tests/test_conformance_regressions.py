@@ -741,3 +741,29 @@ def test_a_float_alpha_folds_into_the_second_operands_scale(target):
     assert result.report["summary"]["ops_cpu_float"] == 0
     for inputs in cal[:2]:
         check_case(result, inputs)
+
+
+FORMS_1D_AND_SPLITS = {  # float on the CPU before (ExecuTorch's Cortex-M backend lowers them to int8)
+    "grouped conv": (lambda: nn.Conv2d(8, 8, 3, groups=2), [(1, 8, 6, 6)]),
+    "grouped conv without bias": (lambda: nn.Conv2d(6, 9, 3, groups=3, bias=False), [(1, 6, 5, 5)]),
+    "split": (lambda: Elementwise(lambda x: [t * 2 for t in torch.split(x, [3, 5], 1)]), [(1, 8, 4, 4)]),
+    "chunk": (lambda: Elementwise(lambda x: torch.chunk(x, 3, -1)), [(2, 8)]),
+    "unbind": (lambda: Elementwise(lambda x: torch.unbind(x, 1)[1:]), [(2, 3, 4)]),
+    "conv_transpose1d": (lambda: nn.ConvTranspose1d(4, 6, 3, stride=2, padding=1, output_padding=1),
+                         [(1, 4, 10)]),
+    "max_pool1d": (lambda: nn.MaxPool1d(3, 2, padding=1), [(1, 4, 10)]),
+    "avg_pool1d": (lambda: nn.AvgPool1d(3, 2, ceil_mode=True), [(1, 4, 10)]),
+    "adaptive_avg_pool1d": (lambda: nn.AdaptiveAvgPool1d(5), [(1, 4, 10)]),
+}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", FORMS_1D_AND_SPLITS)
+def test_grouped_convs_1d_ops_and_splits_are_int8(name, target):
+    """A grouped conv is CMSIS-NN's grouped arm_convolve_s8 (a zero bias where the model has none), split /
+    chunk / unbind are slices and selects, 1-D transposed convs and pools their 2-D forms over a height of 1."""
+    make, shapes = FORMS_1D_AND_SPLITS[name]
+    result, cal = _compile(make(), shapes, target)
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    for inputs in cal[:2]:
+        check_case(result, inputs)

@@ -204,8 +204,8 @@ def _per_channel(s_in: float, weight_scales: np.ndarray, s_out: float) -> tuple[
 # --- convolution ---------------------------------------------------------------------------------------------
 
 def lower_convolution(rw: Rewrite) -> Node:
-    """convolution -> quantized_conv2d (groups 1), quantized_depthwise_conv2d (groups = C_in) or
-    quantized_transpose_conv2d."""
+    """convolution -> quantized_conv2d (groups 1, or grouped), quantized_depthwise_conv2d (groups = C_in)
+    or quantized_transpose_conv2d."""
     x_dq, w_dq, b_dq, stride, padding, dilation, transposed, output_padding, groups = rw.anchor.args[:9]
     in_shape, out_shape = shape_of(x_dq), shape_of(rw.cluster.quantizes[0])
     if len(in_shape) != 4:
@@ -225,8 +225,9 @@ def lower_convolution(rw: Rewrite) -> Node:
     depthwise_bytes = scratch.depthwise_conv2d_scratch_bytes(rw.isa, nhwc(in_shape), tuple(depthwise_layout.shape),
                                                              nhwc(out_shape), *window)
     depthwise = groups == in_channels and weight.shape[1] == 1 and groups > 1
-    if groups == 1:
-        op, layout = cortex_m("quantized_conv2d"), weight.permute(0, 2, 3, 1)  # OHWI
+    if not depthwise:
+        # OHWI; a grouped conv's I is C_in / groups, and arm_convolve_s8 runs each group on its channels
+        op, layout = cortex_m("quantized_conv2d"), weight.permute(0, 2, 3, 1)
         nbytes = scratch.conv2d_scratch_bytes(rw.isa, nhwc(in_shape), tuple(layout.shape), nhwc(out_shape),
                                               *window)
         extra = ()
@@ -236,11 +237,8 @@ def lower_convolution(rw: Rewrite) -> Node:
     if depthwise:
         op, layout, nbytes = cortex_m("quantized_depthwise_conv2d"), depthwise_layout, depthwise_bytes
         extra = (out_channels // in_channels,)  # depth_multiplier
-        if bias is None:  # the depthwise kernels index the bias per channel block: give them a real one
-            bias = rw.constant("bias", torch.zeros(out_channels, dtype=torch.int32))
-    elif groups != 1:
-        raise NotLowered(f"a grouped convolution (groups={groups}, {in_channels} input channels) has no "
-                         "CMSIS-NN int8 kernel in the cortex_m library")
+    if bias is None and (depthwise or groups > 1):  # these kernels offset the bias per group: a real one
+        bias = rw.constant("bias", torch.zeros(out_channels, dtype=torch.int32))
     args = (x, rw.constant("weight", layout.contiguous()), bias, stride, padding, dilation, *extra,
             -q_in.zero_point, out.zero_point, rw.constant("multipliers", multipliers),
             rw.constant("shifts", shifts), act_min, act_max, rw.scratch(nbytes))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torch.fx import GraphModule
 
+from imxrt.passes.convert_1d_ops_to_2d import Convert1dOpsTo2dPass
 from imxrt.passes.convert_addmm_to_linear import ConvertAddmmToLinearPass
 from imxrt.passes.convert_clamp_tensor import ConvertClampTensorPass
 from imxrt.passes.convert_conv1d_to_conv2d import ConvertConv1dToConv2dPass
@@ -11,6 +12,7 @@ from imxrt.passes.convert_div_to_mul import ConvertDivToMulPass
 from imxrt.passes.convert_matmul_to_bmm import ConvertMatmulToBmmPass
 from imxrt.passes.convert_pad_to_core_op import ConvertPadToCoreOpPass
 from imxrt.passes.convert_scalar_operands_to_float import ConvertScalarOperandsToFloatPass
+from imxrt.passes.convert_split_to_slices import ConvertSplitToSlicesPass
 from imxrt.passes.fold_batch_norm import FoldBatchNormPass
 from imxrt.passes.functionalize_in_place import FunctionalizeInPlacePass
 from imxrt.passes.remove_identity_copies import RemoveIdentityCopiesPass
@@ -23,8 +25,9 @@ from imxrt.passes.unshare_parameters import UnshareParametersPass
 # matmul, as its non-linear form is an mm of two activations; parameters are
 # unshared last, after the passes that read or replace them, so each use is quantized at its own scale.
 ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, FoldBatchNormPass, ConvertConv1dToConv2dPass,
-               ConvertAddmmToLinearPass, ConvertMatmulToBmmPass, ConvertClampTensorPass, ConvertDivToMulPass,
-               ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass, UnshareParametersPass)
+               Convert1dOpsTo2dPass, ConvertAddmmToLinearPass, ConvertMatmulToBmmPass, ConvertClampTensorPass,
+               ConvertDivToMulPass, ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass,
+               ConvertSplitToSlicesPass, UnshareParametersPass)
 
 
 # Run by to_edge_transform_and_lower after decomposition, before the partitioners see the graph.

@@ -71,7 +71,8 @@ _ADD = Compute(fuses_activation=True)  # TFLite ADD / SUB and cortex_m quantized
 _DATA_MOVEMENT = (
     aten.cat.default, aten.concat.default, aten.view.default, aten.reshape.default, aten.flatten.using_ints,
     aten.permute.default, aten.transpose.int, aten.t.default, aten.squeeze.dim, aten.squeeze.dims,
-    aten.unsqueeze.default, aten.slice.Tensor, aten.expand.default, aten.pad.default, aten.constant_pad_nd.default,
+    aten.unsqueeze.default, aten.slice.Tensor, aten.select.int, aten.expand.default, aten.pad.default,
+    aten.constant_pad_nd.default,
     aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default,
     aten.replication_pad1d.default, aten.replication_pad2d.default, aten.replication_pad3d.default,
     aten.upsample_nearest2d.vec, aten.contiguous.default, aten.clone.default,

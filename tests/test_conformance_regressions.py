@@ -767,3 +767,14 @@ def test_grouped_convs_1d_ops_and_splits_are_int8(name, target):
     assert result.report["summary"]["ops_cpu_float"] == 0
     for inputs in cal[:2]:
         check_case(result, inputs)
+
+
+@pytest.mark.parametrize("pool", [nn.MaxPool2d(3, 2, padding=1, ceil_mode=True), nn.MaxPool2d(2, ceil_mode=True),
+                                  nn.MaxPool2d((3, 2), (2, 3), ceil_mode=True)], ids=str)
+def test_a_ceil_mode_max_pool_runs_on_the_npu(pool):
+    """A ceil-mode max pool stayed on the CPU on imxrt700 (SqueezeNet's pools): it is a -128 PAD that ends
+    where PyTorch's last window does and a VALID MAX_POOL_2D, bit-exact with TFLM."""
+    result, cal = _compile(Elementwise(pool), [(1, 3, 7, 11)], "imxrt700")
+    assert [op["placement"] for op in result.report["ops"] if "max_pool" in op["op"]] == ["npu"]
+    for inputs in cal[:2]:
+        check_case(result, inputs)

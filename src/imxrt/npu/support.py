@@ -210,15 +210,13 @@ def adaptive_pool_divisible(cluster: Cluster, npu: NeutronConfig) -> tuple[bool,
 
 
 def max_pool_options(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
-    """Max pooling: dilation 1, no ceil_mode, indices unused; kernel and stride <= 4096."""
+    """Max pooling: dilation 1, indices unused; kernel and stride <= 4096 (ceil_mode is a -128 PAD in front)."""
     node = cluster.anchor
     kernel, stride = _pool_window(node)
     dilation = _ints(_arg(node, 4, "dilation", 1), 2, 1)
-    ceil_mode = bool(_arg(node, 5, "ceil_mode", False))
     indices_used = any(u.target is operator.getitem and u.args[1] == 1 and u.users for u in node.users)
-    ok = (dilation == (1, 1) and not ceil_mode and not indices_used
-          and max(*kernel, *stride) <= MAX_KERNEL_STRIDE_DILATION)
-    return ok, f"dilation {dilation}, ceil_mode {ceil_mode}, indices used {indices_used}"
+    ok = dilation == (1, 1) and not indices_used and max(*kernel, *stride) <= MAX_KERNEL_STRIDE_DILATION
+    return ok, f"dilation {dilation}, indices used {indices_used}"
 
 
 # --- softmax, resize, slice, pad --------------------------------------------------------------------------

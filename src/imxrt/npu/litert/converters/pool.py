@@ -1,12 +1,14 @@
 """Pooling: avg_pool2d, _adaptive_avg_pool2d, and mean over H and W -> AVERAGE_POOL_2D;
 max_pool2d(_with_indices) -> MAX_POOL_2D. Both int8 kernels keep the input's qparams. Padding TFLite's SAME
-cannot express becomes a PAD in front: the zero point for an average that counts padding, -128 for a max."""
+cannot express (and a ceil-mode max pool's overhang) becomes a PAD in front: the zero point for an average that
+counts padding, -128 for a max."""
 
 from __future__ import annotations
 
 from ai_edge_litert import schema_py_generated as schema
 from torch.fx import Node
 
+from imxrt.cpu.ops_shapes import pool_output_size
 from imxrt.npu.litert import layout, qdq
 from imxrt.npu.litert.context import LoweringContext, edge_shape
 from imxrt.npu.litert.converters.common import Padding, options, window_padding
@@ -95,15 +97,17 @@ def convert_max_pool(ctx: LoweringContext, node: Node) -> None:
     pads = _pair(_arg(node, 3, "padding", 0))
     if _pair(_arg(node, 4, "dilation", 1)) != (1, 1):
         raise UnsupportedForLiteRT(node, "dilated max pool")
-    if _arg(node, 5, "ceil_mode", False):
-        raise UnsupportedForLiteRT(node, "ceil_mode=True")
     x = ctx.tensor(node.args[0], node)
     out = ctx.output(node)
     _, _, height, width = edge_shape(node.args[0])
+    ceil_mode = bool(_arg(node, 5, "ceil_mode", False))
     # TFLite's SAME max ignores padded positions, as PyTorch's -inf padding does.
-    padding = window_padding((height, width), kernel, stride, (1, 1), pads)
+    padding = None if ceil_mode else window_padding((height, width), kernel, stride, (1, 1), pads)
     if padding is None:
-        paddings = [(0, 0), (pads[0], pads[0]), (pads[1], pads[1]), (0, 0)]
+        # ceil mode: the last window may overhang the padding; -128 there too, then a floor-mode pool
+        after = [max(p, (pool_output_size(size, k, s, p, 1, ceil_mode) - 1) * s + k - size - p)
+                 for size, k, s, p in zip((height, width), kernel, stride, pads, strict=True)]
+        paddings = [(0, 0), (pads[0], after[0]), (pads[1], after[1]), (0, 0)]
         x = pad_tensor(ctx, x, paddings, out.sources, value=qdq.INT8_MIN)
         padding = Padding.VALID
     _emit_pool(ctx, "MAX_POOL_2D", x, out, kernel, stride, padding)

@@ -778,3 +778,20 @@ def test_a_ceil_mode_max_pool_runs_on_the_npu(pool):
     assert [op["placement"] for op in result.report["ops"] if "max_pool" in op["op"]] == ["npu"]
     for inputs in cal[:2]:
         check_case(result, inputs)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_division_by_an_int8_zero_is_zero_in_both_programs(target):
+    """ExecuTorch's TwoPartitionPReLUModel divides by a random-signed tensor: where the int8 divisor is its
+    zero point the stock quantized_div gives 0 and PyTorch's float ±inf saturated, 150 to 9,506 LSB apart.
+    The checks take the deployed kernel's rule (README), and every other element stays within rounding."""
+    model = Binary(lambda x, y: torch.relu(x / y))
+    generator = torch.Generator().manual_seed(3)
+    cal = [(torch.randn(4, 64, generator=generator), torch.randn(4, 64, generator=generator)) for _ in range(8)]
+    result = compile(model.eval(), cal[0], target, cal, CompileOptions(show_progress=False))
+    zero_divisors = 0
+    for inputs in cal[:3]:
+        check_case(result, inputs)
+        scale, zero_point = (lambda q: (q["scale"], q["zero_point"]))(result.io["inputs"][1])
+        zero_divisors += int((torch.round(inputs[1] / scale) + zero_point == zero_point).sum())
+    assert zero_divisors > 0  # the case the rule is for did occur

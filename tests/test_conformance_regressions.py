@@ -770,12 +770,15 @@ def test_grouped_convs_1d_ops_and_splits_are_int8(name, target):
 
 
 @pytest.mark.parametrize("pool", [nn.MaxPool2d(3, 2, padding=1, ceil_mode=True), nn.MaxPool2d(2, ceil_mode=True),
-                                  nn.MaxPool2d((3, 2), (2, 3), ceil_mode=True)], ids=str)
-def test_a_ceil_mode_max_pool_runs_on_the_npu(pool):
-    """A ceil-mode max pool stayed on the CPU on imxrt700 (SqueezeNet's pools): it is a -128 PAD that ends
-    where PyTorch's last window does and a VALID MAX_POOL_2D, bit-exact with TFLM."""
+                                  nn.MaxPool2d((3, 2), (2, 3), ceil_mode=True), nn.AvgPool2d(2, ceil_mode=True),
+                                  nn.AvgPool2d((2, 3), (2, 3), ceil_mode=True)], ids=str)
+def test_a_ceil_mode_pool_runs_on_the_npu(pool):
+    """Ceil-mode pools stayed on the CPU on imxrt700 (SqueezeNet's pools): a max pool is a -128 PAD that ends
+    where PyTorch's last window does and a VALID MAX_POOL_2D; an average pool whose overhang windows TFLite's
+    SAME reproduces (it counts only real inputs, as PyTorch does past the padding) is a SAME AVERAGE_POOL_2D.
+    Both bit-exact with TFLM."""
     result, cal = _compile(Elementwise(pool), [(1, 3, 7, 11)], "imxrt700")
-    assert [op["placement"] for op in result.report["ops"] if "max_pool" in op["op"]] == ["npu"]
+    assert [op["placement"] for op in result.report["ops"] if "pool" in op["op"]] == ["npu"]
     for inputs in cal[:2]:
         check_case(result, inputs)
 

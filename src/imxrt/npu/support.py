@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from executorch.exir.dialects._ops import ops as exir_ops
 from torch.fx import Node
 
+from imxrt.npu.litert.converters.common import ceil_mode_windows
 from imxrt.passes.qdq import Cluster, is_dequantize, qparams_of_dequantize, tensor_args
 from imxrt.quantization.rules import NPU_RULES
 from imxrt.targets import NeutronConfig
@@ -189,14 +190,18 @@ def _pool_window(node: Node) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 def avg_pool_options(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
-    """Average pooling: no ceil_mode, no divisor_override, padding counted; kernel and stride <= 4096."""
+    """Average pooling: no divisor_override, padding counted; kernel and stride <= 4096. A ceil-mode pool
+    whose overhang windows TFLite's SAME reproduces (it counts only real inputs) is a SAME pool."""
     node = cluster.anchor
     kernel, stride = _pool_window(node)
     padding = _ints(_arg(node, 3, "padding", 0), 2, 0)
     ceil_mode = bool(_arg(node, 4, "ceil_mode", False))
     include_pad = bool(_arg(node, 5, "count_include_pad", True))
     divisor = _arg(node, 6, "divisor_override", None)
-    ok = (not ceil_mode and divisor is None and (include_pad or padding == (0, 0))
+    overhang, same = ceil_mode_windows(_shape(node.args[0])[-2:], kernel, stride, padding) if ceil_mode else \
+        (False, None)
+    ceil_ok = not overhang or (same is not None and padding == (0, 0))
+    ok = (ceil_ok and divisor is None and (include_pad or padding == (0, 0))
           and max(*kernel, *stride) <= MAX_KERNEL_STRIDE_DILATION)
     return ok, f"kernel {kernel}, stride {stride}, ceil_mode {ceil_mode}, count_include_pad {include_pad}, " \
         f"divisor_override {divisor}"

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 from ai_edge_litert import schema_py_generated as schema
 
+from imxrt.cpu.ops_shapes import pool_output_size
+
 Padding = schema.Padding
 
 
@@ -45,3 +47,18 @@ def window_padding(
         if before != pad or out != conv_out_size(size, kernel, stride, dilation, pad, pad):
             return None
     return Padding.SAME
+
+
+def ceil_mode_windows(sizes: Sequence[int], kernels: Sequence[int], strides: Sequence[int], pads: Sequence[int],
+                      ) -> tuple[bool, int | None]:
+    """For a ceil-mode pool: (whether ceil mode adds a window, the TFLite padding whose windows are PyTorch's
+    when only the input's own taps count: SAME when TFLite's SAME windows are as many and start where
+    PyTorch's do, else None)."""
+    ceil = [pool_output_size(n, k, s, p, 1, True) for n, k, s, p in zip(sizes, kernels, strides, pads, strict=True)]
+    floor = [pool_output_size(n, k, s, p, 1, False) for n, k, s, p in zip(sizes, kernels, strides, pads, strict=True)]
+    if ceil == floor:
+        return False, None
+    same = [same_pad_before(n, k, s, 1) for n, k, s in zip(sizes, kernels, strides, strict=True)]
+    matches = all(out == c and before == p for (out, before), c, p in zip(same, ceil, pads, strict=True))
+    return True, Padding.SAME if matches else None
+

@@ -11,7 +11,7 @@ from torch.fx import Node
 from imxrt.cpu.ops_shapes import pool_output_size
 from imxrt.npu.litert import layout, qdq
 from imxrt.npu.litert.context import LoweringContext, edge_shape
-from imxrt.npu.litert.converters.common import Padding, options, window_padding
+from imxrt.npu.litert.converters.common import Padding, ceil_mode_windows, options, window_padding
 from imxrt.npu.litert.converters.pad import pad_tensor
 from imxrt.npu.litert.converters.reduce import MEAN
 from imxrt.npu.litert.errors import UnsupportedForLiteRT
@@ -34,14 +34,20 @@ def convert_avg_pool(ctx: LoweringContext, node: Node) -> None:
     kernel = _pair(node.args[1])
     stride = _pair(_arg(node, 2, "stride", None), kernel)
     pads = _pair(_arg(node, 3, "padding", 0))
-    if _arg(node, 4, "ceil_mode", False):
-        raise UnsupportedForLiteRT(node, "ceil_mode=True")
     if _arg(node, 6, "divisor_override", None) is not None:
         raise UnsupportedForLiteRT(node, "divisor_override")
     count_include_pad = _arg(node, 5, "count_include_pad", True)
     x = ctx.tensor(node.args[0], node)
     out = ctx.output(node)
     _, _, height, width = edge_shape(node.args[0])
+    overhang, same = ceil_mode_windows((height, width), kernel, stride, pads) if \
+        _arg(node, 4, "ceil_mode", False) else (False, None)
+    if overhang:
+        # PyTorch never counts a ceil-mode overhang; TFLite's SAME counts only real inputs
+        if same is None or (count_include_pad and pads != (0, 0)):
+            raise UnsupportedForLiteRT(node, "ceil_mode=True with windows TFLite's SAME does not reproduce")
+        _emit_pool(ctx, "AVERAGE_POOL_2D", x, out, kernel, stride, same)
+        return
     padding = Padding.VALID if pads == (0, 0) else None
     if padding is None and not count_include_pad:
         # TFLite's SAME average divides by the number of real inputs, as count_include_pad=False does.

@@ -231,7 +231,9 @@ def summarize(results: list[dict], targets) -> list[str]:
 def behind_upstream(results: list[dict]) -> list[str]:
     """Cases ExecuTorch's Cortex-M backend lowers to int8 that leave a float op here (imxrt700-cpu)."""
     upstream = {r["case"] for r in results if r["target"] == UPSTREAM_CORTEX_M and r.get("int8_only")}
-    return sorted(f"{r['case']}: float here, int8 in ExecuTorch's Cortex-M backend" for r in results
+    return sorted(f"{r['case']}: " + (f"refused here ({r.get('message', '')})" if r["status"] == "refused" else
+                                      f"{r['status']} here" if r["status"] != "compiled" else "float here")
+                  + ", int8 in ExecuTorch's Cortex-M backend" for r in results
                   if r["target"] == "imxrt700-cpu" and r["case"] in upstream and not r.get("int8_only"))
 
 

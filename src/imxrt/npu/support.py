@@ -191,7 +191,8 @@ def _pool_window(node: Node) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 def avg_pool_options(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
     """Average pooling: no divisor_override, padding counted; kernel and stride <= 4096. A ceil-mode pool
-    whose overhang windows TFLite's SAME reproduces (it counts only real inputs) is a SAME pool."""
+    without padding is a SAME pool where TFLite's SAME windows are PyTorch's (it counts only real inputs,
+    as PyTorch does past the padding)."""
     node = cluster.anchor
     kernel, stride = _pool_window(node)
     padding = _ints(_arg(node, 3, "padding", 0), 2, 0)

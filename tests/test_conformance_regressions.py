@@ -798,3 +798,13 @@ def test_a_division_by_an_int8_zero_is_zero_in_both_programs(target):
         scale, zero_point = (lambda q: (q["scale"], q["zero_point"]))(result.io["inputs"][1])
         zero_divisors += int((torch.round(inputs[1] / scale) + zero_point == zero_point).sum())
     assert zero_divisors > 0  # the case the rule is for did occur
+
+
+def test_a_python_number_as_an_input_is_refused_naming_it():
+    """ExecuTorch's scalar_tensor / tensor_scalar cases pass a Python float as an input: a program's inputs
+    are tensors, so that is refused, with which input and what to do instead."""
+    from imxrt.errors import BadModel
+
+    with pytest.raises(BadModel, match=r"example input 1 is a float, not a tensor.*constant of the model"):
+        compile(Binary(torch.add).eval(), (torch.randn(3), 2.0), "imxrt700-cpu", None,
+                CompileOptions(show_progress=False))

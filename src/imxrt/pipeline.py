@@ -282,8 +282,12 @@ def check_inputs(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor])
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     example_inputs = tuple(example_inputs)
-    if not example_inputs or not all(isinstance(x, torch.Tensor) for x in example_inputs):
+    if not example_inputs:
         raise BadModel("example inputs must be a non-empty tuple of tensors")
+    for index, value in enumerate(example_inputs):
+        if not isinstance(value, torch.Tensor):
+            raise BadModel(f"example input {index} is a {type(value).__name__}, not a tensor: a program's inputs "
+                           "are tensors; make a Python number a constant of the model, or pass it as a tensor")
     for index, x in enumerate(example_inputs):
         if not x.dtype.is_floating_point:
             raise BadModel(f"example input {index} is {x.dtype}; give the float model and float inputs, "

@@ -808,3 +808,36 @@ def test_a_python_number_as_an_input_is_refused_naming_it():
     with pytest.raises(BadModel, match=r"example input 1 is a float, not a tensor.*constant of the model"):
         compile(Binary(torch.add).eval(), (torch.randn(3), 2.0), "imxrt700-cpu", None,
                 CompileOptions(show_progress=False))
+
+
+UNBATCHED = {  # ExecuTorch's implicit-batch conv cases, and the other ops that take an unbatched input
+    "conv2d": (lambda: nn.Conv2d(4, 6, 3, stride=2), [(4, 7, 9)]),
+    "conv_transpose2d": (lambda: nn.ConvTranspose2d(4, 6, 3, stride=2), [(4, 5, 7)]),
+    "conv1d": (lambda: nn.Conv1d(4, 6, 3), [(4, 12)]),
+    "max_pool2d": (lambda: nn.MaxPool2d(2), [(3, 6, 8)]),
+    "avg_pool1d": (lambda: nn.AvgPool1d(2), [(3, 8)]),
+}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", UNBATCHED)
+def test_an_unbatched_input_is_a_batch_of_one(name, target):
+    """nn.Conv2d on a [C, H, W] input ran in float on both targets (to_edge added the batch dimension after
+    quantization, between the conv and its Q/DQ): the batch dimension is made explicit before quantization."""
+    make, shapes = UNBATCHED[name]
+    result, cal = _compile(make(), shapes, target)
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    if target == "imxrt700":
+        assert result.report["summary"]["partitions"] == 1
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+
+
+def test_a_sum_over_every_dim_is_int8_on_the_npu():
+    """x.sum() (aten.sum.default, ExecuTorch's default-parameter SUM cases) had no rule and ran in float; it
+    quantizes like the sum over dims it becomes."""
+    result, cal = _compile(Elementwise(lambda x: x.sum()), [(2, 3, 4)], "imxrt700")
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    assert [op["placement"] for op in result.report["ops"] if "sum" in op["op"]] == ["npu"]
+    for inputs in cal[:2]:
+        check_case(result, inputs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torch.fx import GraphModule
 
+from imxrt.passes.add_batch_dimension import AddBatchDimensionPass
 from imxrt.passes.convert_1d_ops_to_2d import Convert1dOpsTo2dPass
 from imxrt.passes.convert_addmm_to_linear import ConvertAddmmToLinearPass
 from imxrt.passes.convert_clamp_tensor import ConvertClampTensorPass
@@ -20,13 +21,14 @@ from imxrt.passes.remove_noops import RemoveNoOpsPass
 from imxrt.passes.unshare_parameters import UnshareParametersPass
 
 # Order matters: in-place ops become functional first, so every later pass sees values, not writes; no-ops
-# go next so a dropout between conv and batch norm does not block folding;
+# go next so a dropout between conv and batch norm does not block folding; an unbatched input gets its batch
+# dimension before the passes that read a conv's input rank;
 # batch norms fold before conv1d becomes conv2d, whose trailing squeeze would separate them; addmm goes before
 # matmul, as its non-linear form is an mm of two activations; parameters are
 # unshared last, after the passes that read or replace them, so each use is quantized at its own scale.
-ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, FoldBatchNormPass, ConvertConv1dToConv2dPass,
-               Convert1dOpsTo2dPass, ConvertAddmmToLinearPass, ConvertMatmulToBmmPass, ConvertClampTensorPass,
-               ConvertDivToMulPass, ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass,
+ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, AddBatchDimensionPass, FoldBatchNormPass,
+               ConvertConv1dToConv2dPass, Convert1dOpsTo2dPass, ConvertAddmmToLinearPass, ConvertMatmulToBmmPass,
+               ConvertClampTensorPass, ConvertDivToMulPass, ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass,
                ConvertSplitToSlicesPass, UnshareParametersPass)
 
 

@@ -40,13 +40,13 @@ def finish(gm: GraphModule) -> GraphModule:
     return gm
 
 
-def call(gm: GraphModule, target, args: tuple, like: Node | None = None) -> Node:
+def call(gm: GraphModule, target, args: tuple, like: Node | None = None, kwargs: dict | None = None) -> Node:
     """A new ``call_function`` node (at the graph's insertion point) with its ``val`` computed from its
     arguments' (under their fake mode), and ``like``'s provenance metadata (stack trace, module path)."""
-    node = gm.graph.call_function(target, args)
-    values = tree_map(lambda a: a.meta.get("val") if isinstance(a, Node) else a, args)
-    with detect_fake_mode(tree_leaves(values)) or contextlib.nullcontext():
-        node.meta["val"] = target(*values)
+    node = gm.graph.call_function(target, args, kwargs or {})
+    values, kwarg_values = tree_map(lambda a: a.meta.get("val") if isinstance(a, Node) else a, (args, kwargs or {}))
+    with detect_fake_mode(tree_leaves((values, kwarg_values))) or contextlib.nullcontext():
+        node.meta["val"] = target(*values, **kwarg_values)
     if like is not None:
         node.meta.update({k: v for k, v in like.meta.items() if k not in ("val", "tensor_meta")})
     return node

@@ -118,6 +118,7 @@ NPU_RULES: RuleTable = {
     aten.adaptive_avg_pool2d.default: SharedWithInput(),
     aten.mean.dim: SharedWithInput(),
     aten.sum.dim_IntList: SharedWithInput(),
+    aten.sum.default: SharedWithInput(),  # x.sum(): to_edge makes it a sum.dim_IntList over every dim
     aten.amax.default: SharedWithInput(),
     aten.amin.default: SharedWithInput(),
     aten.maximum.default: SharedWithInput(),

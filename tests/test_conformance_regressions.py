@@ -841,3 +841,18 @@ def test_a_sum_over_every_dim_is_int8_on_the_npu():
     assert [op["placement"] for op in result.report["ops"] if "sum" in op["op"]] == ["npu"]
     for inputs in cal[:2]:
         check_case(result, inputs)
+
+
+@pytest.mark.parametrize("size, out", [((4, 5), (25, 9)), ((3, 3), (5, 9))])
+def test_an_align_corners_bilinear_resize_scales_by_its_corner_spacing(size, out):
+    """align_corners maps corner pixels onto each other, so its scale is (out - 1) / (in - 1): 4 -> 25 is 8,
+    a Neutron scale (ExecuTorch's NXP backend delegates it); out / in rejected it and it ran in float."""
+    model = Elementwise(lambda x: F_interpolate(x, size=out, mode="bilinear", align_corners=True))
+    result, cal = _compile(model, [(1, 3, *size)], "imxrt700")
+    assert [op["placement"] for op in result.report["ops"] if "upsample" in op["op"]] == ["npu"]
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+
+
+def F_interpolate(x, **kwargs):
+    return torch.nn.functional.interpolate(x, **kwargs)

@@ -245,11 +245,18 @@ def softmax_size(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
 
 
 def resize_scale(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
-    """Resize: 4-D input, integer scale factor in {1, 2, 4, 8} on H and W."""
-    shape_in, shape_out = _shape(cluster.anchor.args[0]), _shape(cluster.anchor)
+    """Resize: 4-D input, integer scale factor in {1, 2, 4, 8} on H and W: out / in, or (out - 1) / (in - 1)
+    for a bilinear resize with align_corners (its corner pixels map onto each other)."""
+    node = cluster.anchor
+    shape_in, shape_out = _shape(node.args[0]), _shape(node)
     if len(shape_in) != 4:
         return False, f"rank-{len(shape_in)} input"
-    scales = [o / i for o, i in zip(shape_out[2:], shape_in[2:], strict=True)]
+    if node.target == edge.upsample_bilinear2d.vec and _arg(node, 2, "align_corners", False):
+        if min(shape_in[2:]) == 1:
+            return False, f"align_corners with input {shape_in[2:]} (a size 1 has no corners to align)"
+        scales = [(o - 1) / (i - 1) for o, i in zip(shape_out[2:], shape_in[2:], strict=True)]
+    else:
+        scales = [o / i for o, i in zip(shape_out[2:], shape_in[2:], strict=True)]
     return all(s in RESIZE_SCALES for s in scales), f"scale {scales}"
 
 

@@ -856,3 +856,12 @@ def test_an_align_corners_bilinear_resize_scales_by_its_corner_spacing(size, out
 
 def F_interpolate(x, **kwargs):
     return torch.nn.functional.interpolate(x, **kwargs)
+
+
+def test_a_max_pool_kernel_wider_than_4096_runs_on_the_npu():
+    """Neutron bounds a max pool's stride (4096), not its kernel (ExecuTorch's NXP case test__large_kernel_size
+    delegates a 1x5000 window); the kernel bound kept it on the CPU."""
+    result, cal = _compile(Elementwise(nn.MaxPool2d((1, 5000), stride=1)), [(1, 4, 1, 5000)], "imxrt700")
+    assert [op["placement"] for op in result.report["ops"] if "max_pool" in op["op"]] == ["npu"]
+    for inputs in cal[:1]:
+        check_case(result, inputs)

@@ -216,13 +216,14 @@ def adaptive_pool_divisible(cluster: Cluster, npu: NeutronConfig) -> tuple[bool,
 
 
 def max_pool_options(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
-    """Max pooling: dilation 1, indices unused; kernel and stride <= 4096 (ceil_mode is a -128 PAD in front)."""
+    """Max pooling: dilation 1, indices unused; stride <= 4096, any kernel (padding and ceil_mode are a -128
+    PAD in front, so the pool itself never pads)."""
     node = cluster.anchor
-    kernel, stride = _pool_window(node)
+    _, stride = _pool_window(node)
     dilation = _ints(_arg(node, 4, "dilation", 1), 2, 1)
     indices_used = any(u.target is operator.getitem and u.args[1] == 1 and u.users for u in node.users)
-    ok = dilation == (1, 1) and not indices_used and max(*kernel, *stride) <= MAX_KERNEL_STRIDE_DILATION
-    return ok, f"dilation {dilation}, indices used {indices_used}"
+    ok = dilation == (1, 1) and not indices_used and max(stride) <= MAX_KERNEL_STRIDE_DILATION
+    return ok, f"dilation {dilation}, stride {stride}, indices used {indices_used}"
 
 
 # --- softmax, resize, slice, pad --------------------------------------------------------------------------

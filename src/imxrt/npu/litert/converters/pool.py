@@ -16,6 +16,8 @@ from imxrt.npu.litert.converters.pad import pad_tensor
 from imxrt.npu.litert.converters.reduce import MEAN
 from imxrt.npu.litert.errors import UnsupportedForLiteRT
 
+MAX_SELF_PADDING_POOL_STRIDE = 32  # Neutron: 4096 in a pool without padding, 32 in one that pads
+
 
 def _pair(value, default=None) -> tuple[int, int]:
     if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
@@ -107,8 +109,10 @@ def convert_max_pool(ctx: LoweringContext, node: Node) -> None:
     out = ctx.output(node)
     _, _, height, width = edge_shape(node.args[0])
     ceil_mode = bool(_arg(node, 5, "ceil_mode", False))
-    # TFLite's SAME max ignores padded positions, as PyTorch's -inf padding does.
-    padding = None if ceil_mode else window_padding((height, width), kernel, stride, (1, 1), pads)
+    # TFLite's SAME max ignores padded positions, as PyTorch's -inf padding does; Neutron takes a stride
+    # above 32 only in a pool that does not pad itself.
+    self_padding = not ceil_mode and max(stride) <= MAX_SELF_PADDING_POOL_STRIDE
+    padding = window_padding((height, width), kernel, stride, (1, 1), pads) if self_padding else None
     if padding is None:
         # ceil mode: the last window may overhang the padding; -128 there too, then a floor-mode pool
         after = [max(p, (pool_output_size(size, k, s, p, 1, ceil_mode) - 1) * s + k - size - p)

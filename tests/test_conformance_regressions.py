@@ -865,3 +865,15 @@ def test_a_max_pool_kernel_wider_than_4096_runs_on_the_npu():
     assert [op["placement"] for op in result.report["ops"] if "max_pool" in op["op"]] == ["npu"]
     for inputs in cal[:1]:
         check_case(result, inputs)
+
+
+@pytest.mark.parametrize("output_padding", [(1, 1), (1, 0)])
+def test_an_unpadded_transposed_conv_with_output_padding_runs_on_the_npu(output_padding):
+    """ExecuTorch's conv_transpose2d_output_padding cases stayed on the CPU: without padding, TRANSPOSE_CONV's
+    VALID output of the larger size leaves the output_padding rows at the bias alone, as PyTorch does."""
+    conv = nn.ConvTranspose2d(4, 6, 3, stride=2, output_padding=output_padding)
+    result, cal = _compile(conv, [(1, 4, 5, 6)], "imxrt700")
+    assert result.report["summary"]["partitions"] == 1 and result.report["summary"]["ops_cpu_float"] == 0
+    assert [op["placement"] for op in result.report["ops"] if "convolution" in op["op"]] == ["npu"]
+    for inputs in cal[:2]:
+        check_case(result, inputs)

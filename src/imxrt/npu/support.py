@@ -111,7 +111,8 @@ def conv_mac_bound(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
 
 def transpose_conv_shape(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
     """Transposed convolution: groups 1, dilation 1, stride <= kernel and <= 2, padding < kernel,
-    output_padding <= padding."""
+    output_padding <= padding, or no padding at all (the output_padding rows then hold the bias alone, as
+    TRANSPOSE_CONV's VALID output of that size does)."""
     node = cluster.anchor
     if not node.args[6]:
         return True, "not transposed"
@@ -123,7 +124,7 @@ def transpose_conv_shape(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, st
         and dilation == (1, 1)
         and all(s <= min(k, 2) for s, k in zip(stride, kernel, strict=True))
         and all(p < k for p, k in zip(padding, kernel, strict=True))
-        and all(o <= p for o, p in zip(output_padding, padding, strict=True))
+        and (all(o <= p for o, p in zip(output_padding, padding, strict=True)) or padding == (0, 0))
     )
     return ok, (f"groups {groups}, dilation {dilation}, stride {stride}, padding {padding}, "
                 f"output_padding {output_padding}, kernel {kernel}")

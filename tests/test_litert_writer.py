@@ -122,7 +122,7 @@ class Fn(nn.Module):
     [
         (F.gelu, "aten.gelu.default", "no LiteRT converter"),
         (lambda x: torch.softmax(x, 2), "aten._softmax.default", "softmax over dim 2"),
-        (lambda x: F.avg_pool2d(x, 3, 2, ceil_mode=True), "aten.avg_pool2d.default", "ceil_mode"),
+        (lambda x: F.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True), "aten.avg_pool2d.default", "ceil_mode"),
     ],
     ids=["gelu", "softmax_spatial", "avg_pool_ceil_mode"],
 )

@@ -54,8 +54,11 @@ CASES = {
     "transpose_conv_output_padding_within_padding": (
         Lambda(lambda m, x: m[0](x), nn.ConvTranspose2d(4, 4, 3, stride=2, padding=1, output_padding=1)),
         [(1, 4, 4, 4)], "aten.convolution.default", True, ""),
-    "transpose_conv_output_padding_over_padding": (
+    "transpose_conv_output_padding_unpadded": (
         Lambda(lambda m, x: m[0](x), nn.ConvTranspose2d(4, 4, 3, stride=2, padding=0, output_padding=1)),
+        [(1, 4, 4, 4)], "aten.convolution.default", True, ""),
+    "transpose_conv_output_padding_over_padding": (
+        Lambda(lambda m, x: m[0](x), nn.ConvTranspose2d(4, 4, 3, stride=2, padding=(1, 0), output_padding=(0, 1))),
         [(1, 4, 4, 4)], "aten.convolution.default", False, "output_padding <= padding"),
     "adaptive_pool_divisible": (Lambda(lambda _, x: nn.functional.adaptive_avg_pool2d(x, 4)), [(1, 4, 8, 8)],
                                 "aten._adaptive_avg_pool2d.default", True, ""),
@@ -68,9 +71,14 @@ CASES = {
     "max_pool": (Lambda(lambda _, x: nn.functional.max_pool2d(x, 2)), [(1, 4, 8, 8)],
                  "aten.max_pool2d_with_indices.default", True, ""),
     "max_pool_ceil_mode": (Lambda(lambda _, x: nn.functional.max_pool2d(x, 3, 2, ceil_mode=True)), [(1, 4, 8, 8)],
-                           "aten.max_pool2d_with_indices.default", False, "no ceil_mode"),
+                           "aten.max_pool2d_with_indices.default", True, ""),
+    "max_pool_dilation": (Lambda(lambda _, x: nn.functional.max_pool2d(x, 3, 1, dilation=2)), [(1, 4, 8, 8)],
+                          "aten.max_pool2d_with_indices.default", False, "dilation 1"),
     "avg_pool_ceil_mode": (Lambda(lambda _, x: nn.functional.avg_pool2d(x, 3, 2, ceil_mode=True)), [(1, 4, 8, 8)],
-                           "aten.avg_pool2d.default", False, "no ceil_mode"),
+                           "aten.avg_pool2d.default", True, ""),
+    "avg_pool_ceil_mode_padded": (
+        Lambda(lambda _, x: nn.functional.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True)), [(1, 4, 8, 8)],
+        "aten.avg_pool2d.default", False, "ceil-mode pool without padding"),
     "gelu": (Lambda(lambda _, x: nn.functional.gelu(x)), [(1, 16)], "aten.gelu.default", False,
              "has no eIQ Neutron kernel"),
 }

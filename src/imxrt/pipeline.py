@@ -324,6 +324,10 @@ def export(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], tra
     return exported
 
 
+def _has_npu(target: Target | None) -> bool:
+    return target is None or target.npu is not None  # None: the i.MX RT700, as ImxrtQuantizer reads it
+
+
 def quantize(
     exported: ExportedProgram,
     example_inputs: tuple[torch.Tensor, ...],
@@ -333,7 +337,7 @@ def quantize(
 ) -> ExportedProgram:
     """Graph passes, then pt2e int8 PTQ with ``ImxrtQuantizer`` (the target's rules; default: the
     i.MX RT700's); returns the re-exported int8 program."""
-    graph_module = run_aten_passes(exported.module(check_guards=False))
+    graph_module = run_aten_passes(exported.module(check_guards=False), npu=_has_npu(target))
     prepared = prepare_pt2e(graph_module, ImxrtQuantizer(target))
     if calibration is None:
         log.warning("no calibration data given: calibrating on the example inputs alone; pass "
@@ -355,7 +359,7 @@ def quantize_qat(
     """pt2e QAT with ``ImxrtQuantizer(qat=True)``: prepare the training-mode graph (pt2e fuses each
     conv+BN so the fake-quantized weight is the folded one), ``train_fn`` fine-tunes it, convert folds
     the BN; returns the re-exported int8 program, as ``quantize`` does."""
-    graph_module = run_aten_passes(exported.module(check_guards=False), fold_batch_norm=False)
+    graph_module = run_aten_passes(exported.module(check_guards=False), fold_batch_norm=False, npu=_has_npu(target))
     prepared = prepare_qat_pt2e(graph_module, ImxrtQuantizer(target, qat=True))
     move_exported_model_to_train(prepared)
     try:

@@ -71,12 +71,11 @@ def _without_guards(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return graph_module
 
 
-def _prepare_for_quantization(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    return run_aten_passes(_without_guards(graph_module))
-
-
-def _prepare_for_qat(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    return run_aten_passes(_without_guards(graph_module), fold_batch_norm=False)
+def _aten_passes(npu: bool, qat: bool):
+    """The pre-prepare pass of a recipe: imxrt.compile's aten passes (QAT keeps its batch norms)."""
+    def prepare(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        return run_aten_passes(_without_guards(graph_module), fold_batch_norm=not qat, npu=npu)
+    return prepare
 
 
 def _edge_passes(method_name: str, program) -> list:
@@ -89,12 +88,12 @@ def _stamp_delegate_ids(edge: EdgeProgramManager) -> list:
     return []
 
 
-def _recipe(name: str, rule_table, calibration: CalibrationFn | None, shared_steps: bool,
+def _recipe(name: str, rule_table, calibration: CalibrationFn | None, shared_steps: bool, npu: bool,
             partitioners=None, edge_manager_passes=None, qat: TrainFn | bool | None = None) -> ExportRecipe:
     """``qat``: the train_fn (QAT instead of calibration), or True on the side that does not own the shared
     steps: ExecuTorch's ``combine`` requires every side to agree on ``is_qat`` and one to give train_fn."""
     train_fn = qat if callable(qat) else None
-    prepare = _prepare_for_qat if qat else _prepare_for_quantization
+    prepare = _aten_passes(npu, bool(qat))
     quantization = QuantizationRecipe(
         quantizers=[ImxrtQuantizer(rule_table=rule_table, qat=bool(qat))],
         calibration_inputs_fn=calibration if shared_steps and not qat else None,
@@ -125,7 +124,7 @@ def neutron_recipe(target: Target, calibration: CalibrationFn | None = None, neu
     """The NPU side of ``target``: its rules, its partitioner, the ``NeutronBackend`` delegate id."""
     if target.npu is None:
         raise ValueError(f"target {target.name} has no NPU")
-    return _recipe(f"{target.name}_neutron", NPU_RULES, calibration, shared_steps,
+    return _recipe(f"{target.name}_neutron", NPU_RULES, calibration, shared_steps, npu=True,
                    partitioners=[NpuPartitioner(target, neutron_compiler)],
                    edge_manager_passes=[_stamp_delegate_ids], qat=qat)
 
@@ -135,7 +134,7 @@ def cortex_m_recipe(target: Target, calibration: CalibrationFn | None = None,
     """The CPU side of ``target``: the Cortex-M's rules and the lowering for its CMSIS-NN path."""
     isa = target.cpu.isa
     return _recipe(f"{target.name}_cortex_m_{isa.value}", CPU_RULES, calibration, shared_steps,
-                   edge_manager_passes=[lambda edge: [LowerToCortexMPass(isa)]], qat=qat)
+                   npu=target.npu is not None, edge_manager_passes=[lambda edge: [LowerToCortexMPass(isa)]], qat=qat)
 
 
 def recipe_for(target: str | Target = "imxrt700", isa: str | None = None, calibration: CalibrationFn | None = None,

@@ -14,7 +14,9 @@ from imxrt.passes.convert_matmul_to_bmm import ConvertMatmulToBmmPass
 from imxrt.passes.convert_pad_to_core_op import ConvertPadToCoreOpPass
 from imxrt.passes.convert_scalar_operands_to_float import ConvertScalarOperandsToFloatPass
 from imxrt.passes.convert_split_to_slices import ConvertSplitToSlicesPass
+from imxrt.passes.decompose_silu import DecomposeSiluPass
 from imxrt.passes.fold_batch_norm import FoldBatchNormPass
+from imxrt.passes.fold_hardsigmoid import FoldHardsigmoidPass
 from imxrt.passes.functionalize_in_place import FunctionalizeInPlacePass
 from imxrt.passes.remove_identity_copies import RemoveIdentityCopiesPass
 from imxrt.passes.remove_noops import RemoveNoOpsPass
@@ -23,27 +25,33 @@ from imxrt.passes.unshare_parameters import UnshareParametersPass
 # Order matters: in-place ops become functional first, so every later pass sees values, not writes; no-ops
 # go next so a dropout between conv and batch norm does not block folding; an unbatched input gets its batch
 # dimension before the passes that read a conv's input rank;
-# batch norms fold before conv1d becomes conv2d, whose trailing squeeze would separate them; addmm goes before
+# batch norms fold before conv1d becomes conv2d, whose trailing squeeze would separate them, and before a
+# hardsigmoid folds into the conv (a BN between them would block it); addmm goes before
 # matmul, as its non-linear form is an mm of two activations; parameters are
 # unshared last, after the passes that read or replace them, so each use is quantized at its own scale.
 ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, AddBatchDimensionPass, FoldBatchNormPass,
-               ConvertConv1dToConv2dPass, Convert1dOpsTo2dPass, ConvertAddmmToLinearPass, ConvertMatmulToBmmPass,
-               ConvertClampTensorPass, ConvertDivToMulPass, ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass,
-               ConvertSplitToSlicesPass, UnshareParametersPass)
+               FoldHardsigmoidPass, ConvertConv1dToConv2dPass, Convert1dOpsTo2dPass, ConvertAddmmToLinearPass,
+               ConvertMatmulToBmmPass, ConvertClampTensorPass, ConvertDivToMulPass, ConvertScalarOperandsToFloatPass,
+               ConvertPadToCoreOpPass, ConvertSplitToSlicesPass, UnshareParametersPass)
 
 
 # Run by to_edge_transform_and_lower after decomposition, before the partitioners see the graph.
 EDGE_PASSES = (RemoveIdentityCopiesPass,)
 
 
-def run_aten_passes(gm: GraphModule, fold_batch_norm: bool = True) -> GraphModule:
-    """Apply ``ATEN_PASSES`` in order; each returns a ``PassResult``. QAT keeps its batch norms
-    (``fold_batch_norm=False``): pt2e's conv+BN fusion trains them, and convert folds them."""
-    for pass_type in ATEN_PASSES:
+# Passes for targets with an NPU only: they trade a CPU kernel for ops the NPU runs.
+NPU_ATEN_PASSES = (DecomposeSiluPass,)
+
+
+def run_aten_passes(gm: GraphModule, fold_batch_norm: bool = True, npu: bool = True) -> GraphModule:
+    """Apply ``ATEN_PASSES`` in order, then, for a target with an NPU, ``NPU_ATEN_PASSES``; each returns a
+    ``PassResult``. QAT keeps its batch norms (``fold_batch_norm=False``): pt2e's conv+BN fusion trains
+    them, and convert folds them."""
+    for pass_type in ATEN_PASSES + (NPU_ATEN_PASSES if npu else ()):
         if pass_type is FoldBatchNormPass and not fold_batch_norm:
             continue
         gm = pass_type()(gm).graph_module
     return gm
 
 
-__all__ = ["ATEN_PASSES", "EDGE_PASSES", "run_aten_passes"]
+__all__ = ["ATEN_PASSES", "EDGE_PASSES", "NPU_ATEN_PASSES", "run_aten_passes"]

@@ -235,16 +235,18 @@ def rules_for(target) -> RuleTable:
     return compose(NPU_RULES, CPU_RULES) if target.npu is not None else dict(CPU_RULES)
 
 
-# Activations that fold into the preceding conv / linear's output clamp: no Q/DQ between them.
+# Activations that fold into the preceding conv / linear's output clamp: no Q/DQ between them. Both
+# lowerings apply any clamp exactly in int8 (a fused RELU / RELU6, the kernel's activation_min/max, or
+# MINIMUM / MAXIMUM), so every constant range fuses.
 FUSABLE_ACTIVATIONS = frozenset({aten.relu.default, aten.relu_.default, aten.relu6.default,
                                  aten.hardtanh.default, aten.hardtanh_.default})
 
 
 def is_fusable_activation(node: torch.fx.Node) -> bool:
-    """relu, relu6, and hardtanh(0, 6) (relu6's export form): the ranges a producer's clamp expresses."""
+    """relu, relu6 and hardtanh with scalar bounds (relu6's export form, hardsigmoid folded into a conv)."""
     if node.op != "call_function" or node.target not in FUSABLE_ACTIVATIONS:
         return False
     if node.target in (aten.hardtanh.default, aten.hardtanh_.default):
-        low, high = (list(node.args[1:3]) + [-1.0, 1.0])[:2]
-        return (low, high) in {(0.0, 6.0), (0.0, float("inf"))}
+        low, high = (list(node.args[1:3]) + [-1.0, 1.0][len(node.args[1:3]):])[:2]
+        return isinstance(low, (int, float)) and isinstance(high, (int, float)) and low < high
     return True

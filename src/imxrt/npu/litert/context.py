@@ -44,6 +44,15 @@ _FUSED_ACTIVATIONS = {
 }
 
 
+MAX_CONCATENATION_INPUTS = 10  # TFLM's concatenation kernel (kMaxInputNum); its prepare refuses more
+
+
+def _joined_shape(tensors: Sequence[Tensor], axis: int) -> tuple[int, ...]:
+    shape = list(tensors[0].shape)
+    shape[axis] = sum(t.shape[axis] for t in tensors)
+    return tuple(shape)
+
+
 @dataclass(frozen=True)
 class Output:
     """Where a converter writes: the int8 tensor of the quantize node that ends the op's chain."""
@@ -144,6 +153,21 @@ class LoweringContext:
             tensor = self.clamp(tensor, *out.clamp, sources=out.sources)
         self.values[out.anchor] = tensor
         return tensor
+
+    def concatenate(self, tensors: Sequence[Tensor], result: Tensor, axis: int, sources: Iterable[Node]) -> Tensor:
+        """CONCATENATION of ``tensors`` (all at ``result``'s qparams) along stored ``axis`` into ``result``.
+        TFLM's kernel takes at most ``MAX_CONCATENATION_INPUTS``: more are joined in groups first."""
+        sources = tuple(sources)
+        tensors = list(tensors)
+        while len(tensors) > MAX_CONCATENATION_INPUTS:
+            groups = [tensors[i:i + MAX_CONCATENATION_INPUTS] for i in range(0, len(tensors), MAX_CONCATENATION_INPUTS)]
+            tensors = [group[0] if len(group) == 1 else self.concatenate(
+                group, self.activation_tensor(result.name + "_part", _joined_shape(group, axis), result.quantization),
+                axis, sources) for group in groups]
+        concat_options = schema.ConcatenationOptionsT()
+        concat_options.axis = axis
+        self.emit("CONCATENATION", tensors, [result], concat_options, sources)
+        return result
 
     def requantize(self, tensor: Tensor, quantization: PerTensor, sources: Iterable[Node]) -> Tensor:
         result = self.activation_tensor(tensor.name + "_requantized", tensor.shape, quantization)

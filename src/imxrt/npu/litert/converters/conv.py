@@ -121,9 +121,7 @@ def _conv_2d(ctx, node, x, weight, scales, bias, args, padding, out: Output) -> 
         ctx.emit("CONV_2D", [part_input, filters, bias_tensor], [part], conv_options, out.sources)
         parts.append(part)
     joined = ctx.activation_tensor(out.anchor.name, out.shape, out.quantization)
-    concat_options = options(schema.ConcatenationOptionsT, axis=_NHWC_CHANNELS)
-    ctx.emit("CONCATENATION", parts, [joined], concat_options, out.sources)
-    ctx.bind(out, joined)
+    ctx.bind(out, ctx.concatenate(parts, joined, _NHWC_CHANNELS, out.sources))
 
 
 def _depthwise(ctx, node, x, weight, scales, bias, args, padding, out: Output) -> None:

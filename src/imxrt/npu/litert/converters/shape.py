@@ -4,12 +4,10 @@ TRANSPOSE composed with the layout; slice_copy -> SLICE; cat -> CONCATENATION. A
 from __future__ import annotations
 
 import numpy as np
-from ai_edge_litert import schema_py_generated as schema
 from torch.fx import Node
 
 from imxrt.npu.litert import layout
 from imxrt.npu.litert.context import LoweringContext, edge_shape
-from imxrt.npu.litert.converters.common import options
 from imxrt.npu.litert.errors import UnsupportedForLiteRT
 
 
@@ -66,5 +64,5 @@ def convert_cat(ctx: LoweringContext, node: Node) -> None:
     tensors = [ctx.tensor(a, node) for a in parts]
     tensors = [t if t.quantization == out.quantization else ctx.requantize(t, out.quantization, out.sources)
                for t in tensors]
-    concat = options(schema.ConcatenationOptionsT, axis=layout.stored_axis(dim, rank))
-    ctx.emit_result("CONCATENATION", tensors, out, concat)
+    joined = ctx.activation_tensor(out.anchor.name, out.shape, out.quantization)
+    ctx.bind(out, ctx.concatenate(tensors, joined, layout.stored_axis(dim, rank), out.sources))

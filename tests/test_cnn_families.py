@@ -112,3 +112,72 @@ def test_more_than_ten_joined_tensors_pass_tflms_prepare(target):
     torch.manual_seed(0)
     result, cal = _compile(WideJoin(), (1, 24, 6, 6), target)
     _one_int8_partition(result, cal, target)
+
+
+class AudioNet(nn.Module):
+    """A raw-audio 1-D CNN: a long strided first kernel, batch norm, ReLU, max pools, a residual block with
+    `padding="same"` and dilation, a global mean over time, a linear classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv1d(1, 8, 16, stride=4), nn.BatchNorm1d(8), nn.ReLU(), nn.MaxPool1d(4))
+        self.body = nn.Sequential(nn.Conv1d(8, 8, 3, padding="same", dilation=2), nn.BatchNorm1d(8), nn.ReLU(),
+                                  nn.Conv1d(8, 8, 3, padding=1))
+        self.pool = nn.AvgPool1d(2)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = self.pool(torch.relu(x + self.body(x)))
+        return self.fc(x.mean(-1))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_1d_audio_cnn_is_one_partition_without_layout_changes(target):
+    """Each Conv1d / pool ran as its 2-D form between an unsqueeze and a squeeze, so every ReLU between
+    them ran on a rank-3 value: two TRANSPOSEs each and an unfused activation (9 TRANSPOSEs in a 4-layer
+    audio net). The squeezes sink past the activations, adds and the final mean; the net never leaves NHWC."""
+    torch.manual_seed(0)
+    result, cal = _compile(AudioNet(), (1, 1, 400), target)
+    _one_int8_partition(result, cal, target)
+    if target == "imxrt700":
+        assert _litert_ops(result)["TRANSPOSE"] == 0  # a one-channel input is NHWC as it is
+
+
+class ShuffleUnit(nn.Module):
+    """ShuffleNetV2's stride-1 unit: chunk, a branch on one half, cat, channel shuffle (torchvision's code)."""
+
+    def __init__(self, channels=16):
+        super().__init__()
+        half = channels // 2
+        self.stem = nn.Conv2d(3, channels, 3, padding=1)
+        self.branch = nn.Sequential(nn.Conv2d(half, half, 1), nn.ReLU(),
+                                    nn.Conv2d(half, half, 3, padding=1, groups=half), nn.Conv2d(half, half, 1),
+                                    nn.ReLU())
+
+    @staticmethod
+    def shuffle(x, groups=2):
+        b, c, h, w = x.shape
+        return x.view(b, groups, c // groups, h, w).transpose(1, 2).contiguous().view(b, c, h, w)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for _ in range(2):
+            left, right = x.chunk(2, dim=1)
+            x = self.shuffle(torch.cat((left, self.branch(right)), dim=1))
+        return x.mean((2, 3))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_channel_shuffle_is_one_transpose_inside_the_partition(target):
+    """The shuffle's NHWC -> NCHW, view, transpose, view, NHWC chain was three TRANSPOSEs (ShuffleNetV2:
+    49): it is the one TRANSPOSE the shuffle is, of [N·H·W, g, C/g]."""
+    torch.manual_seed(0)
+    result, cal = _compile(ShuffleUnit(), (1, 3, 6, 6), target)
+    summary = result.report["summary"]
+    assert summary["ops_cpu_float"] == 0
+    if target == "imxrt700":
+        assert summary["partitions"] == 1
+        assert _litert_ops(result)["TRANSPOSE"] == _image_io(result) + 2  # the input's and one per shuffle
+    for inputs in cal[:3]:
+        check_case(result, inputs)

@@ -20,19 +20,22 @@ from imxrt.passes.fold_hardsigmoid import FoldHardsigmoidPass
 from imxrt.passes.functionalize_in_place import FunctionalizeInPlacePass
 from imxrt.passes.remove_identity_copies import RemoveIdentityCopiesPass
 from imxrt.passes.remove_noops import RemoveNoOpsPass
+from imxrt.passes.sink_squeeze import SinkSqueezePass
 from imxrt.passes.unshare_parameters import UnshareParametersPass
 
 # Order matters: in-place ops become functional first, so every later pass sees values, not writes; no-ops
 # go next so a dropout between conv and batch norm does not block folding; an unbatched input gets its batch
 # dimension before the passes that read a conv's input rank;
 # batch norms fold before conv1d becomes conv2d, whose trailing squeeze would separate them, and before a
-# hardsigmoid folds into the conv (a BN between them would block it); addmm goes before
+# hardsigmoid folds into the conv (a BN between them would block it); the squeezes the 1-D conversions leave
+# sink right after them, so a 1-D net's activations and pools meet on rank-4 values; addmm goes before
 # matmul, as its non-linear form is an mm of two activations; parameters are
 # unshared last, after the passes that read or replace them, so each use is quantized at its own scale.
 ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, AddBatchDimensionPass, FoldBatchNormPass,
-               FoldHardsigmoidPass, ConvertConv1dToConv2dPass, Convert1dOpsTo2dPass, ConvertAddmmToLinearPass,
-               ConvertMatmulToBmmPass, ConvertClampTensorPass, ConvertDivToMulPass, ConvertScalarOperandsToFloatPass,
-               ConvertPadToCoreOpPass, ConvertSplitToSlicesPass, UnshareParametersPass)
+               FoldHardsigmoidPass, ConvertConv1dToConv2dPass, Convert1dOpsTo2dPass, SinkSqueezePass,
+               ConvertAddmmToLinearPass, ConvertMatmulToBmmPass, ConvertClampTensorPass, ConvertDivToMulPass,
+               ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass, ConvertSplitToSlicesPass,
+               UnshareParametersPass)
 
 
 # Run by to_edge_transform_and_lower after decomposition, before the partitioners see the graph.

@@ -84,7 +84,93 @@ def permute_steps(stored_in_shape: Sequence[int], perm: Sequence[int]) -> list[S
     return simplify(stored_in_shape, [Transpose(tuple(perm))])
 
 
+MAX_TRANSPOSE_RANK = 5  # what TFLM's TRANSPOSE takes
+
+
 def simplify(shape: Sequence[int], steps: Sequence[Step]) -> list[Step]:
+    """The fewest steps that move data as ``steps`` do: locally (neighbouring transposes composed,
+    order-keeping transposes made reshapes, neighbouring reshapes merged, identities dropped), or, when it
+    has fewer TRANSPOSEs, the whole chain as one reshape, one transpose and one reshape
+    (``_one_transpose``): a channel shuffle NHWC -> NCHW -> view -> transpose -> view -> NHWC is one
+    TRANSPOSE of [N·H·W, g, C/g], not three."""
+    local = _simplify_locally(shape, steps)
+    transposes = sum(isinstance(step, Transpose) for step in local)
+    if transposes < 2:
+        return local
+    composite = _one_transpose(shape, steps)
+    if composite is None:
+        return local
+    composite = _simplify_locally(shape, composite)
+    ranks = [len(step.perm) for step in composite if isinstance(step, Transpose)]
+    return composite if len(ranks) < transposes and all(r <= MAX_TRANSPOSE_RANK for r in ranks) else local
+
+
+def _one_transpose(shape: Sequence[int], steps: Sequence[Step]) -> list[Step] | None:
+    """``steps`` as reshape -> transpose -> reshape, or None when a reshape mixes dims that no common
+    factorization separates (e.g. [6, 4] -> [4, 6] after a transpose).
+
+    Every dim is tracked as a run of atoms (factors whose elements stay together); a reshape that cuts
+    an atom splits it in two (major, minor) everywhere; at the end, atoms adjacent in both the input and
+    the output order merge, and the permutation of what remains is the one TRANSPOSE."""
+    sizes: list[int] = []
+
+    def atom(size: int) -> int:
+        sizes.append(size)
+        return len(sizes) - 1
+
+    input_order: list[int] = []
+    groups: list[list[int]] = []
+    for d in shape:
+        groups.append([] if d == 1 else [atom(int(d))])
+        input_order += groups[-1]
+    final_shape = tuple(int(d) for d in shape)
+    for step in steps:
+        if isinstance(step, Transpose):
+            groups = [groups[p] for p in step.perm]
+            final_shape = tuple(final_shape[p] for p in step.perm)
+            continue
+        flat = [a for group in groups for a in group]
+        groups, i = [], 0
+        for d in step.shape:
+            group, remaining = [], int(d)
+            while remaining > 1:
+                if i >= len(flat):
+                    return None
+                a = flat[i]
+                if sizes[a] <= remaining:
+                    if remaining % sizes[a]:
+                        return None
+                    remaining //= sizes[a]
+                    group.append(a)
+                    i += 1
+                    continue
+                if sizes[a] % remaining:
+                    return None
+                major, minor = atom(remaining), atom(sizes[a] // remaining)
+                flat[i:i + 1] = [major, minor]
+                at = input_order.index(a)
+                input_order[at:at + 1] = [major, minor]
+                group.append(major)
+                i += 1
+                remaining = 1
+            groups.append(group)
+        if i != len(flat):
+            return None
+        final_shape = tuple(int(d) for d in step.shape)
+    output_order = [a for group in groups for a in group]
+    runs: list[list[int]] = []  # atoms adjacent in both orders, in output order
+    for a in output_order:
+        if runs and input_order.index(a) == input_order.index(runs[-1][-1]) + 1:
+            runs[-1].append(a)
+        else:
+            runs.append([a])
+    by_input = sorted(range(len(runs)), key=lambda r: input_order.index(runs[r][0]))
+    merged_shape = tuple(int(np.prod([sizes[a] for a in runs[r]])) for r in by_input)
+    perm = tuple(by_input.index(r) for r in range(len(runs)))
+    return [Reshape(merged_shape), Transpose(perm), Reshape(final_shape)]
+
+
+def _simplify_locally(shape: Sequence[int], steps: Sequence[Step]) -> list[Step]:
     """Compose neighbouring transposes, turn order-keeping transposes into reshapes, merge neighbouring
     reshapes, drop identities."""
     planned: list[tuple[tuple[int, ...], Step]] = []  # (shape before the step, step)

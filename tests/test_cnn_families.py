@@ -181,3 +181,27 @@ def test_a_channel_shuffle_is_one_transpose_inside_the_partition(target):
         assert _litert_ops(result)["TRANSPOSE"] == _image_io(result) + 2  # the input's and one per shuffle
     for inputs in cal[:3]:
         check_case(result, inputs)
+
+
+class FlattenClassifier(nn.Module):
+    """A CifarNet-style head: conv, pool, then a flatten over 4x4 positions into two linear layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc1, self.fc2 = nn.Linear(8 * 4 * 4, 16), nn.Linear(8 * 4 * 4, 4)
+
+    def forward(self, x):
+        x = torch.flatten(nn.functional.max_pool2d(torch.relu(self.conv(x)), 2), 1)
+        return self.fc1(x), self.fc2(x)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_flatten_before_linear_layers_permutes_their_weights_not_the_data(target):
+    """The flatten of an NHWC image into [N, C·H·W] was a TRANSPOSE back to NCHW order: the layers that read
+    it take their weight columns in NHWC order instead, and the flatten is a RESHAPE."""
+    torch.manual_seed(0)
+    result, cal = _compile(FlattenClassifier(), (1, 3, 8, 8), target)
+    _one_int8_partition(result, cal, target)
+    if target == "imxrt700":
+        assert _litert_ops(result)["TRANSPOSE"] == 1  # the NCHW model input's

@@ -95,6 +95,9 @@ class LoweringContext:
         self.graph = Graph()
         self.values: dict[Node, Tensor] = {}  # int8 edge tensors (inputs, quantize outputs) -> LiteRT
         self.consumed: set[Node] = set()  # nodes folded into an earlier node's operator
+        # tensor name -> the edge feature index at each stored position, for a flatten whose readers are all
+        # FULLY_CONNECTED layers: they read the NHWC bytes as they are, with their weight columns permuted
+        self.feature_orders: dict[str, np.ndarray] = {}
         self._names: dict[str, int] = {}
         self._constants: dict[tuple, Tensor] = {}
         self._constant_expressions: dict[Node, bool] = {}

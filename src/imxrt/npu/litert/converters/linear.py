@@ -62,6 +62,9 @@ def _fully_connected(ctx, node, x_arg, weight_arg, bias_arg, weight_is_transpose
     x = ctx.tensor(x_arg, node)
     out = ctx.output(node, fusable=True)
     weight, scales, weight_name = _fc_weight(ctx, node, weight_arg, weight_is_transposed)
+    if x.name in ctx.feature_orders:  # x is a flattened NHWC image: read its bytes in stored order
+        weight = np.ascontiguousarray(weight[:, ctx.feature_orders[x.name]])
+        weight_name += "_nhwc"
     assert isinstance(x.quantization, PerTensor)
     bias_scales = np.float32(x.quantization.scale) * scales.astype(np.float32)
     if len(set(scales.tolist())) == 1:  # a per-tensor weight stays per tensor: TFLM's per-tensor FC path

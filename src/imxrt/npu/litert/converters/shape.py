@@ -3,21 +3,45 @@ TRANSPOSE composed with the layout; slice_copy -> SLICE; cat -> CONCATENATION. A
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from executorch.exir.dialects._ops import ops as exir_ops
 from torch.fx import Node
 
-from imxrt.npu.litert import layout
+from imxrt.npu.litert import layout, qdq
 from imxrt.npu.litert.context import LoweringContext, edge_shape
 from imxrt.npu.litert.errors import UnsupportedForLiteRT
+
+_LINEAR = exir_ops.edge.aten.linear.default
 
 
 def convert_view(ctx: LoweringContext, node: Node) -> None:
     """Any op that only reinterprets the edge shape in row-major order (view, squeeze, unsqueeze, clone,
-    copies): a RESHAPE, a TRANSPOSE where the NHWC order differs from the edge order, or nothing."""
+    copies): a RESHAPE, a TRANSPOSE where the NHWC order differs from the edge order, or nothing. A flatten
+    of an image read only by fully connected layers is a RESHAPE of the NHWC bytes: the layers permute
+    their weight columns instead (``LoweringContext.feature_orders``)."""
     x = ctx.tensor(node.args[0], node)
     out = ctx.output(node)
-    steps = layout.view_steps(edge_shape(node.args[0]), out.edge_shape)
+    in_shape = edge_shape(node.args[0])
+    if _flattens_image_into_fully_connected(node, in_shape, out):
+        n, c, h, w = in_shape
+        flat = ctx.bind(out, ctx.apply_steps(x, [layout.Reshape(out.shape)], out.sources))
+        # stored position (h, w, c) holds edge feature c·H·W + h·W + w
+        ctx.feature_orders[flat.name] = np.arange(c * h * w).reshape(c, h, w).transpose(1, 2, 0).reshape(-1)
+        return
+    steps = layout.view_steps(in_shape, out.edge_shape)
     ctx.bind(out, ctx.apply_steps(x, steps, out.sources))
+
+
+def _flattens_image_into_fully_connected(node: Node, in_shape: tuple[int, ...], out) -> bool:
+    """[N, C, H, W] -> [N, C·H·W] (H·W > 1) whose every reader, in this partition, is the input of a linear
+    layer with a constant weight."""
+    if len(in_shape) != 4 or in_shape[2] * in_shape[3] == 1 or out.edge_shape != (in_shape[0], math.prod(in_shape[1:])):
+        return False
+    readers = [op for dq in out.anchor.users for op in dq.users] if all(
+        qdq.is_dequantize(dq) for dq in out.anchor.users) else []
+    return bool(readers) and all(op.target == _LINEAR and op.args[0] in out.anchor.users for op in readers)
 
 
 def convert_permute(ctx: LoweringContext, node: Node) -> None:

@@ -70,21 +70,20 @@ def lower_program(exported_program: ExportedProgram, isa: Isa | str, placement_l
             continue  # erased as part of an earlier cluster, or not an op of the edge graph
         cluster = clusters.get(node)
         if cluster is None:
-            _record(placement_log, node, f"runs in float on the CPU: {not_quantized_reason(node)}")
+            _record(placement_log, node, "runs in float on the CPU", not_quantized_reason(node))
             continue
         if node is not cluster.anchor:
             continue
         row = row_for(node)
         if row is None:
-            _record_cluster(placement_log, cluster.ops,
-                            f"runs in float on the CPU: {op_name(node)} has no int8 Cortex-M kernel")
+            _record_cluster(placement_log, cluster.ops, "runs in float on the CPU",
+                            f"{op_name(node)} has no int8 Cortex-M kernel")
             continue
         first_created = len(editor.created_calls)
         try:
             replacement = row.lower(Rewrite(editor, isa, cluster))
         except NotLowered as e:
-            _record_cluster(placement_log, cluster.ops, f"runs in float on the CPU: {row.kernel} cannot take "
-                                                        f"it: {e}")
+            _record_cluster(placement_log, cluster.ops, "runs in float on the CPU", f"{row.kernel} cannot take it: {e}")
             continue
         kernel = " + ".join(op_name(n) for n in editor.created_calls[first_created:])
         replacement.meta["cpu_kernel"] = kernel
@@ -142,16 +141,18 @@ def _convert_boundary_qdq(editor: Editor) -> None:
         editor.graph.erase_node(node)
 
 
-def _record(log: PlacementLog, node: Node, cpu: str) -> None:
-    """Keep the NPU's verdict (why not there) and add where the op runs on the CPU."""
+def _record(log: PlacementLog, node: Node, cpu: str, cause: str | None = None) -> None:
+    """Keep the NPU's verdict (why not there) and add where the op runs on the CPU and, for a float op, why;
+    each said once (a node the NPU found not quantized has that as its verdict already)."""
     previous = log.decisions.get(node.name)
     if previous is not None and previous.npu:
         return  # delegated after all: not in this graph
-    reason = f"{previous.reason}; {cpu}" if previous is not None else cpu
-    log.record(node, False, reason)
-    node.meta["cpu_reason"] = cpu
+    said = previous.reason if previous is not None else ""
+    text = cpu if cause is None or cause in said else f"{cpu}: {cause}"
+    log.record(node, False, f"{said}; {text}" if said else text)
+    node.meta["cpu_reason"] = cause or cpu
 
 
-def _record_cluster(log: PlacementLog, nodes, cpu: str) -> None:
+def _record_cluster(log: PlacementLog, nodes, cpu: str, cause: str | None = None) -> None:
     for node in nodes:
-        _record(log, node, cpu)
+        _record(log, node, cpu, cause)

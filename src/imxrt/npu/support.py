@@ -16,7 +16,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from torch.fx import Node
 
 from imxrt.npu.litert.converters.common import ceil_mode_windows
-from imxrt.passes.qdq import Cluster, is_dequantize, qparams_of_dequantize, tensor_args
+from imxrt.passes.qdq import Cluster, is_dequantize, is_quantize, qparams_of_dequantize, tensor_args
 from imxrt.quantization.rules import NPU_RULES
 from imxrt.targets import NeutronConfig
 
@@ -342,18 +342,22 @@ def op_name(node: Node) -> str:
 
 
 def not_quantized_reason(node: Node) -> str:
-    """Why a node is float: name the PyTorch call and module it came from (an LSTM decomposes into dozens
-    of float ops; the user needs to see "LSTM", not "sigmoid")."""
+    """Why a node is not int8 (the cause only; where it then runs is the lowering's to say): name the PyTorch
+    call and module it came from (an LSTM decomposes into dozens of float ops; the user needs to see "LSTM",
+    not "sigmoid")."""
     source = node.meta.get("torch_fn")
     call = source[1].rsplit(".", 1)[-1] if source else op_name(node)
     stack = node.meta.get("nn_module_stack") or {}
     path, module_type = list(stack.values())[-1] if stack else ("", "")
     where = f" in {module_type.rsplit('.', 1)[-1]} '{path}'" if path else ""
-    if getattr(node.target, "_op", None) in NPU_RULES:  # the op has a rule: an operand is the cause
+    if getattr(node.target, "_op", None) in NPU_RULES:  # the op has a rule: an operand or its result is the cause
         odd = [a.name for a in tensor_args(node) if not is_dequantize(a)]
-        return (f"not quantized: {call}{where} reads {', '.join(odd) or 'no tensor'}, which is neither an "
-                "int8 tensor nor a float constant; it runs in float on the CPU")
-    return f"not quantized: {call}{where} has no int8 rule, so it runs in float on the CPU"
+        if odd:
+            return (f"not quantized: {call}{where} reads {', '.join(odd)}, which is neither an int8 tensor nor a "
+                    "float constant")
+        float_users = [u.name for u in node.users if not is_quantize(u)]
+        return f"not quantized: the result of {call}{where} is read in float by {', '.join(float_users) or 'no op'}"
+    return f"not quantized: {call}{where} has no int8 rule"
 
 
 def check(node: Node, cluster: Cluster | None, npu: NeutronConfig) -> tuple[bool, str]:

@@ -187,7 +187,7 @@ def summary_lines(report: dict) -> list[str]:
                      f"{s['layout_copies']} layout copies")
         for op in cpu:
             how = f"{op['execution']}: {op['kernel']}"
-            if op["execution"] == "cpu float":
+            if op["execution"] == "cpu float" and op["cpu_reason"] not in op["reason"]:
                 how += f" ({op['cpu_reason']})"
             lines.append(f"  {op['name']} ({op['op']}): {how}; {op['reason']}")
     return lines

@@ -140,3 +140,37 @@ def test_the_recipe_with_a_train_fn_is_executorch_qat_with_the_same_rules(target
     assert recipe.is_qat and recipe.train_fn is _short_qat and recipe.calibration_inputs_fn is None
     assert recipe.quantizers and all(q.qat for q in recipe.quantizers)
     assert not any(q.qat for q in recipe_for(target).quantization_recipe.quantizers)
+
+
+class _Residual(torch.nn.Module):
+    """A layer whose inner value has its output's shape but not its values: x + relu(linear(x)) * 0.1."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.Linear(16, 16, bias=False)
+
+    def forward(self, x):
+        h = x @ self.inner.weight.t() * 4.0  # a value inside the layer, not a submodule's output
+        return x + torch.relu(h) * 0.1
+
+
+class _TwoLayers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block, self.head = _Residual(), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.block(x))
+
+
+def test_a_layers_sqnr_compares_its_own_output_not_the_values_inside_it():
+    """Every int8 value whose op sits inside a module was compared with the module's output when the shapes
+    matched: a residual block read 12 dB because its inner product counted as its output."""
+    torch.manual_seed(0)
+    model = _TwoLayers().eval()
+    generator = torch.Generator().manual_seed(1)
+    samples = [(torch.randn(1, 16, generator=generator),) for _ in range(16)]
+    result = compile(model, samples[0], "imxrt700-cpu", samples, CompileOptions(show_progress=False))
+    data = [(inputs, 0) for inputs in samples]
+    report = evaluate(model, imxrt.runtime.load(result.pte), data, samples[0], quantized=result.quantized)
+    assert report.layer_sqnr_db["block"] > 25, report.layer_sqnr_db

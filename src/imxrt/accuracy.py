@@ -140,22 +140,35 @@ def _check_label(index: int, label, output: torch.Tensor) -> None:
                        "(top-1 needs one integer label per sample; pass metric= for other labels)")
 
 
+def _module_paths(node: torch.fx.Node) -> list[str]:
+    stack = node.meta.get("nn_module_stack") if node.op == "call_function" else None
+    return [path for path, _ in stack.values()] if stack else []
+
+
+def _leaves_module(quantize: torch.fx.Node, path: str) -> bool:
+    """Whether the value ``quantize`` rounds is read outside the module ``path``: it is that module's output,
+    not a value inside it (a transformer layer's attention scores are not the layer's output)."""
+    readers = [user for dq in quantize.users for user in dq.users] + list(quantize.users)
+    return any(r.op == "output" or (r.op == "call_function" and "dequantize" not in str(r.target)
+                                    and path not in _module_paths(r)) for r in readers)
+
+
 class _LayerSqnr:
-    """SQNR of each int8 activation the fake-quantized program rounds, against the float model's output of
-    the module that produced it (matched by module path; a module whose output a folded batch norm
-    rewrites is skipped: the float model has no tensor to compare with)."""
+    """SQNR of each module's int8 output, the activation the fake-quantized program rounds where the value
+    leaves the module, against the float model's output of the same module (matched by module path; a
+    module whose output a folded batch norm rewrites is skipped: the float model has no tensor to compare
+    with)."""
 
     def __init__(self, model: torch.nn.Module, quantized: ExportedProgram):
         self.model = model
         self.graph_module = quantized.module(check_guards=False)
-        self.producers: dict[str, str] = {}  # quantize node name -> module path of the op it rounds
+        self.producers: dict[str, str] = {}  # quantize node name -> module path whose output it rounds
         for node in self.graph_module.graph.nodes:
             if node.op == "call_function" and "quantize_per_tensor" in str(node.target) and \
                     "dequantize" not in str(node.target):
-                source = node.args[0]
-                stack = source.meta.get("nn_module_stack") if hasattr(source, "meta") else None
-                if stack:
-                    self.producers[node.name] = list(stack.values())[-1][0]
+                paths = _module_paths(node.args[0]) if isinstance(node.args[0], torch.fx.Node) else []
+                if paths and _leaves_module(node, paths[-1]):
+                    self.producers[node.name] = paths[-1]
         self.sqnr: dict[str, _Sqnr] = {}
 
     def add(self, inputs: tuple[torch.Tensor, ...]) -> None:

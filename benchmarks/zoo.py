@@ -1,0 +1,122 @@
+"""The CNN families people deploy, compiled by imxrt and by ExecuTorch's upstream NXP pipeline, side by side.
+
+For each model of `_zoo_models.FAMILIES` (torchvision and timm architectures with random weights and
+refreshed batch-norm statistics, and 1-D audio nets, a UNet and an FPN head written there), both pipelines
+get the same module and calibration samples. Printed per model and pipeline: NPU MAC fraction, NeutronBackend
+partitions, TRANSPOSEs in the partitions' LiteRT graphs, compute ops left on the CPU in float, compile
+seconds; for imxrt also the estimated latency, the SRAM total, how many random inputs every partition
+matched TFLM on bit for bit, and the largest .pte-vs-quantized-program difference in output LSBs.
+Upstream needs NXP's SDK to import: `upstream_nxp` installs a stand-in for its target query, and stops
+after its edge -> TFLite conversion (the converter itself is unavailable).
+
+    pip install -e ".[test,zoo]"
+    python benchmarks/zoo.py [--models mobilenet_v3_small ...] [--inputs 20] [--side both|ours|upstream]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import sys
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))  # the checks the test suite makes (program_checks)
+
+for _name in ("torchao", "torch.utils._pytree", "executorch"):
+    logging.getLogger(_name).setLevel(logging.ERROR)
+warnings.filterwarnings("ignore")
+
+import torch  # noqa: E402
+import upstream_nxp  # noqa: E402
+from _zoo_models import FAMILIES, build  # noqa: E402
+
+from imxrt.npu.compilers.reference import litert_ops  # noqa: E402
+from imxrt.pipeline import CompileOptions, compile  # noqa: E402
+
+CALIBRATION_SAMPLES = 8
+
+
+def _samples(shape: tuple[int, ...], count: int, seed: int) -> list[tuple[torch.Tensor, ...]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [(torch.randn(shape, generator=generator),) for _ in range(count)]
+
+
+def run_ours(model, calibration, checks: list) -> dict:
+    import program_checks
+
+    start = time.perf_counter()
+    options = CompileOptions(neutron_compiler="reference", show_progress=False)  # the stand-in may be imported
+    result = compile(model, calibration[0], "imxrt700", calibration, options)
+    seconds = time.perf_counter() - start
+    summary = result.report["summary"]
+    exact = sum(not program_checks.partition_mismatches(result, inputs) for inputs in checks)
+    lsb = max(max(program_checks.output_differences_lsb(result, inputs, model)) for inputs in checks[:3])
+    return {
+        "mac": summary["npu_mac_fraction"], "partitions": summary["partitions"],
+        "transposes": Counter(op for t in result.partitions for op in litert_ops(t))["TRANSPOSE"],
+        "float": summary["ops_cpu_float"], "seconds": seconds,
+        "latency_us": result.report["latency"]["total"]["us"],
+        "sram_kib": result.report["memory"]["sram"]["total_bytes"] / 1024,
+        "tflm": f"{exact}/{len(checks)}", "lsb": lsb,
+    }
+
+
+def run_upstream(model, calibration) -> dict:
+    start = time.perf_counter()
+    result = upstream_nxp.run_upstream(model, calibration[0], calibration)
+    seconds = time.perf_counter() - start
+    if result.error:
+        return {"error": result.error, "seconds": seconds}
+    delegated, cpu = result.delegated_nodes, len(result.cpu_nodes)
+    return {
+        # upstream records no MACs: the fraction of compute ops delegated stands in for it
+        "mac": delegated / (delegated + cpu) if delegated + cpu else 0.0, "partitions": result.partitions,
+        "transposes": result.tflite_ops.get("TRANSPOSE", 0), "float": cpu, "seconds": seconds,
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
+    parser.add_argument("--inputs", type=int, default=20, help="random inputs checked against TFLM per model")
+    parser.add_argument("--side", choices=("both", "ours", "upstream"), default="both")
+    args = parser.parse_args(argv)
+    if args.side != "ours":
+        upstream_nxp.ensure_neutron_sdk()
+
+    header = (f"{'model':20s} {'who':9s} {'NPU MACs':>8s} {'parts':>5s} {'TRANSPOSE':>9s} {'float CPU':>9s} "
+              f"{'compile s':>9s} {'est. us':>8s} {'SRAM KiB':>8s} {'TFLM':>6s} {'pte LSB':>7s}")
+    print(header)
+    print("-" * len(header))
+    for name in args.models:
+        model, shape = build(name)
+        calibration = _samples(shape, CALIBRATION_SAMPLES, seed=1)
+        rows = {}
+        if args.side != "upstream":
+            rows["imxrt"] = run_ours(copy.deepcopy(model), calibration, _samples(shape, args.inputs, seed=2))
+        if args.side != "ours":
+            rows["upstream"] = run_upstream(copy.deepcopy(model), calibration)
+        for who, row in rows.items():
+            if "error" in row:
+                print(f"{name:20s} {who:9s} failed after {row['seconds']:.1f} s: {row['error']}")
+                continue
+            mac = f"{100 * row['mac']:7.1f}%" + ("*" if who == "upstream" else " ")
+            ours = (f" {row['latency_us']:8.0f} {row['sram_kib']:8.0f} {row['tflm']:>6s} {row['lsb']:7.2f}"
+                    if who == "imxrt" else "")
+            print(f"{name:20s} {who:9s} {mac:>8s}{row['partitions']:5d} {row['transposes']:9d} {row['float']:9d} "
+                  f"{row['seconds']:9.1f}{ours}")
+        sys.stdout.flush()
+    print("\n* upstream: delegated compute ops / all compute ops (it records no MAC counts). TFLM: random inputs "
+          "on which every partition gave TFLM's bytes. pte LSB: largest .pte vs quantized-program difference "
+          "in output scale units (grows with depth: each op may round one LSB differently).")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

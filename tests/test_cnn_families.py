@@ -205,3 +205,34 @@ def test_a_flatten_before_linear_layers_permutes_their_weights_not_the_data(targ
     _one_int8_partition(result, cal, target)
     if target == "imxrt700":
         assert _litert_ops(result)["TRANSPOSE"] == 1  # the NCHW model input's
+
+
+class DetectionHead(nn.Module):
+    """An SSD / FPN style head: class logits of two feature levels flattened to [N, K, H·W] and joined along
+    positions."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.down = nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.cls = nn.Conv2d(8, 6, 1)
+
+    def forward(self, x):
+        p4 = torch.relu(self.stem(x))
+        p5 = torch.relu(self.down(p4))
+        return torch.cat([self.cls(p4).flatten(2), self.cls(p5).flatten(2)], dim=2)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_flattened_maps_joined_along_positions_are_transposed_once(target):
+    """Each [N, K, H·W] flatten of an NHWC map was a TRANSPOSE before the CONCATENATION: the maps join
+    untransposed and one TRANSPOSE gives the joined result its [N, K, positions] order."""
+    torch.manual_seed(0)
+    result, cal = _compile(DetectionHead(), (1, 3, 8, 8), target)
+    summary = result.report["summary"]
+    assert summary["ops_cpu_float"] == 0
+    if target == "imxrt700":
+        assert summary["partitions"] == 1
+        assert _litert_ops(result)["TRANSPOSE"] == 2  # the NCHW input's, and the joined output's
+    for inputs in cal[:3]:
+        check_case(result, inputs)

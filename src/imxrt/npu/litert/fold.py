@@ -1,14 +1,20 @@
-"""Fold chains of data-movement operators (TRANSPOSE, RESHAPE) into the fewest that do the same.
+"""Fold chains of data-movement operators (TRANSPOSE, RESHAPE) into the fewest that do the same, and join
+transposed tensors before their common transpose.
 
 Converters place layout changes locally (an NCHW input's TRANSPOSE, a view's TRANSPOSE back to edge
 order, a permute); where they meet, e.g. input TRANSPOSE -> permute -> view, the chain collapses to
 what it does as a whole, often one RESHAPE or nothing:
 
     x -> TRANSPOSE(0,2,3,1) -> t1 -> TRANSPOSE(0,3,1,2) -> t2 -> RESHAPE -> y    becomes    x -> RESHAPE -> y
+
+A CONCATENATION whose inputs each end a chain with the same transpose (an FPN head's maps flattened to
+[N, C, H·W] and joined along positions) becomes one CONCATENATION of the untransposed tensors and one
+TRANSPOSE after it (``sink_transposes_into_concatenations``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 import numpy as np
@@ -80,6 +86,71 @@ def fold_data_movement(ctx: LoweringContext) -> None:
             graph.operators.append(replace(op, inputs=inputs) if inputs != op.inputs else op)
     graph.outputs = [renamed.get(id(t), t) for t in graph.outputs]
     _carry_handles(graph, vanished)
+
+
+def sink_transposes_into_concatenations(ctx: LoweringContext) -> None:
+    """Rewrite every CONCATENATION whose inputs all reach it through movement chains ending in the same
+    transpose: concatenate the chains' sources (each reshaped as the chain's one transpose needs) along the
+    axis the transpose maps the join to, then transpose once. n TRANSPOSEs become one."""
+    while _sink_one(ctx):
+        pass
+
+
+def _sink_one(ctx: LoweringContext) -> bool:
+    graph = ctx.graph
+    writer = {id(t): op for op in graph.operators for t in op.outputs}
+    readers = Counter(id(t) for op in graph.operators for t in op.inputs if t is not None)
+    boundary = {id(t) for t in (*graph.inputs, *graph.outputs)}
+    for concat in graph.operators:
+        if concat.builtin != "CONCATENATION" or len(concat.inputs) < 2:
+            continue
+        plans = []
+        for tensor in concat.inputs:
+            chain, source = [], tensor
+            while id(source) not in boundary and readers[id(source)] == 1 and id(source) in writer \
+                    and writer[id(source)].builtin in _MOVES:
+                chain.insert(0, writer[id(source)])
+                source = chain[0].inputs[0]
+            form = layout.as_reshape_then_transpose(source.shape, [_step(op) for op in chain]) if chain else None
+            if form is None or form[1] == tuple(range(len(form[1]))):
+                break
+            plans.append((source, chain, *form))
+        else:
+            if len({perm for *_, perm in plans}) == 1:
+                _rewrite(ctx, concat, plans)
+                return True
+    return False
+
+
+def _rewrite(ctx: LoweringContext, concat: Operator, plans: list) -> None:
+    graph = ctx.graph
+    perm = plans[0][3]
+    out = concat.outputs[0]
+    chain_handles = sorted({h for _, chain, *_ in plans for op in chain for h in op.debug_handles})
+    kept, graph.operators = graph.operators, []
+    parts = [ctx.apply_steps(source, [layout.Reshape(shape)] if source.shape != shape else [],
+                             debug_handles=[h for op in chain for h in op.debug_handles])
+             for source, chain, shape, _ in plans]
+    axis = perm[concat.options.axis % len(perm)]
+    joined_shape = list(parts[0].shape)
+    joined_shape[axis] = sum(part.shape[axis] for part in parts)
+    joined = ctx.activation_tensor(out.name + "_joined", tuple(joined_shape), out.quantization)
+    options = replace_options(concat.options, axis=axis)
+    ctx.emit("CONCATENATION", parts, [joined], options, debug_handles=concat.debug_handles)
+    ctx.apply_steps(joined, [layout.Transpose(perm)], debug_handles=chain_handles, into=out)
+    new_ops, graph.operators = graph.operators, kept
+    removed = {id(op) for _, chain, *_ in plans for op in chain} | {id(concat)}
+    at = graph.operators.index(concat)
+    graph.operators = [op for op in graph.operators[:at] if id(op) not in removed] + new_ops + [
+        op for op in graph.operators[at + 1:] if id(op) not in removed]
+
+
+def replace_options(options: object, **fields: object) -> object:
+    """A copy of a schema ``*OptionsT`` object with ``fields`` changed."""
+    copied = type(options)()
+    copied.__dict__.update(options.__dict__)
+    copied.__dict__.update(fields)
+    return copied
 
 
 def _carry_handles(graph, vanished: dict[int, set[int]]) -> None:

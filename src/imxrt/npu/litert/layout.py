@@ -170,6 +170,30 @@ def _one_transpose(shape: Sequence[int], steps: Sequence[Step]) -> list[Step] | 
     return [Reshape(merged_shape), Transpose(perm), Reshape(final_shape)]
 
 
+def as_reshape_then_transpose(shape: Sequence[int], steps: Sequence[Step]) -> tuple[tuple, tuple] | None:
+    """``steps`` as one RESHAPE to a shape then one TRANSPOSE by a permutation that writes the chain's own
+    output shape: (that shape, that permutation); None when the chain is no single transpose (a flatten
+    across transposed dims, say)."""
+    composite = _one_transpose(shape, steps)
+    if composite is None:
+        return None
+    merged, transpose, final = composite
+    transposed = [merged.shape[p] for p in transpose.perm]
+    if [d for d in final.shape if d != 1] != transposed:
+        return None
+    units = sum(d == 1 for d in final.shape)
+    shape_in = (1,) * units + tuple(merged.shape)
+    perm, unit, run = [], 0, 0
+    for d in final.shape:
+        if d == 1:
+            perm.append(unit)
+            unit += 1
+        else:
+            perm.append(units + transpose.perm[run])
+            run += 1
+    return shape_in, tuple(perm)
+
+
 def _simplify_locally(shape: Sequence[int], steps: Sequence[Step]) -> list[Step]:
     """Compose neighbouring transposes, turn order-keeping transposes into reshapes, merge neighbouring
     reshapes, drop identities."""

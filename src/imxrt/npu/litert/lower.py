@@ -15,7 +15,7 @@ from imxrt.npu.litert import layout, qdq
 from imxrt.npu.litert.context import LoweringContext, edge_shape
 from imxrt.npu.litert.converters import CONVERTERS
 from imxrt.npu.litert.errors import UnsupportedForLiteRT
-from imxrt.npu.litert.fold import fold_data_movement
+from imxrt.npu.litert.fold import fold_data_movement, sink_transposes_into_concatenations
 from imxrt.npu.litert.ir import PerTensor
 from imxrt.npu.litert.writer import write_model
 
@@ -68,6 +68,7 @@ def lower_partition(program: ExportedProgram) -> LiteRTSubgraph:
         converter(ctx, node)
     outputs = tuple(_add_output(ctx, node) for node in _user_output_nodes(program))
     fold_data_movement(ctx)
+    sink_transposes_into_concatenations(ctx)
     ops = tuple(LiteRTOp(op.builtin, op.debug_handles) for op in ctx.graph.operators)
     return LiteRTSubgraph(write_model(ctx.graph), inputs, outputs, ops)
 

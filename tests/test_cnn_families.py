@@ -236,3 +236,19 @@ def test_flattened_maps_joined_along_positions_are_transposed_once(target):
         assert _litert_ops(result)["TRANSPOSE"] == 2  # the NCHW input's, and the joined output's
     for inputs in cal[:3]:
         check_case(result, inputs)
+
+
+def test_qat_keeps_the_conv_before_a_hardsigmoid_trainable():
+    """Folding a hardsigmoid rewrites the conv's weights into new constants: under QAT that would freeze
+    the conv, so QAT keeps the hardsigmoid (as it keeps batch norms for pt2e's own fusion)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Hardsigmoid()).eval()
+    frozen = []
+
+    def train(prepared):
+        frozen.extend(name for name, p in prepared.named_parameters() if not p.requires_grad)
+
+    x = (torch.randn(1, 3, 6, 6),)
+    result = compile(model, x, "imxrt700-cpu", [x], CompileOptions(show_progress=False), qat=train)
+    assert frozen == []
+    assert check_case(result, x) is None

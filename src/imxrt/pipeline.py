@@ -359,7 +359,7 @@ def quantize_qat(
     """pt2e QAT with ``ImxrtQuantizer(qat=True)``: prepare the training-mode graph (pt2e fuses each
     conv+BN so the fake-quantized weight is the folded one), ``train_fn`` fine-tunes it, convert folds
     the BN; returns the re-exported int8 program, as ``quantize`` does."""
-    graph_module = run_aten_passes(exported.module(check_guards=False), fold_batch_norm=False, npu=_has_npu(target))
+    graph_module = run_aten_passes(exported.module(check_guards=False), qat=True, npu=_has_npu(target))
     prepared = prepare_qat_pt2e(graph_module, ImxrtQuantizer(target, qat=True))
     move_exported_model_to_train(prepared)
     try:

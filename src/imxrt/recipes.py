@@ -74,7 +74,7 @@ def _without_guards(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
 def _aten_passes(npu: bool, qat: bool):
     """The pre-prepare pass of a recipe: imxrt.compile's aten passes (QAT keeps its batch norms)."""
     def prepare(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
-        return run_aten_passes(_without_guards(graph_module), fold_batch_norm=not qat, npu=npu)
+        return run_aten_passes(_without_guards(graph_module), qat=qat, npu=npu)
     return prepare
 
 

@@ -46,15 +46,19 @@ EDGE_PASSES = (RemoveIdentityCopiesPass,)
 NPU_ATEN_PASSES = (DecomposeSiluPass,)
 
 
-def run_aten_passes(gm: GraphModule, fold_batch_norm: bool = True, npu: bool = True) -> GraphModule:
+# Passes that rewrite parameters into new constants: QAT skips them, its parameters must stay trainable
+# (pt2e's conv+BN fusion trains the batch norms and convert folds them; a hardsigmoid stays a table on the CPU).
+PARAMETER_FOLDING_PASSES = (FoldBatchNormPass, FoldHardsigmoidPass)
+
+
+def run_aten_passes(gm: GraphModule, qat: bool = False, npu: bool = True) -> GraphModule:
     """Apply ``ATEN_PASSES`` in order, then, for a target with an NPU, ``NPU_ATEN_PASSES``; each returns a
-    ``PassResult``. QAT keeps its batch norms (``fold_batch_norm=False``): pt2e's conv+BN fusion trains
-    them, and convert folds them."""
+    ``PassResult``. With ``qat``, without ``PARAMETER_FOLDING_PASSES``."""
     for pass_type in ATEN_PASSES + (NPU_ATEN_PASSES if npu else ()):
-        if pass_type is FoldBatchNormPass and not fold_batch_norm:
+        if qat and pass_type in PARAMETER_FOLDING_PASSES:
             continue
         gm = pass_type()(gm).graph_module
     return gm
 
 
-__all__ = ["ATEN_PASSES", "EDGE_PASSES", "NPU_ATEN_PASSES", "run_aten_passes"]
+__all__ = ["ATEN_PASSES", "EDGE_PASSES", "NPU_ATEN_PASSES", "PARAMETER_FOLDING_PASSES", "run_aten_passes"]

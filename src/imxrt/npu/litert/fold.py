@@ -135,7 +135,7 @@ def _rewrite(ctx: LoweringContext, concat: Operator, plans: list) -> None:
     joined_shape = list(parts[0].shape)
     joined_shape[axis] = sum(part.shape[axis] for part in parts)
     joined = ctx.activation_tensor(out.name + "_joined", tuple(joined_shape), out.quantization)
-    options = replace_options(concat.options, axis=axis)
+    options = _options_with(concat.options, axis=axis)
     ctx.emit("CONCATENATION", parts, [joined], options, debug_handles=concat.debug_handles)
     ctx.apply_steps(joined, [layout.Transpose(perm)], debug_handles=chain_handles, into=out)
     new_ops, graph.operators = graph.operators, kept
@@ -145,7 +145,7 @@ def _rewrite(ctx: LoweringContext, concat: Operator, plans: list) -> None:
         op for op in graph.operators[at + 1:] if id(op) not in removed]
 
 
-def replace_options(options: object, **fields: object) -> object:
+def _options_with(options: object, **fields: object) -> object:
     """A copy of a schema ``*OptionsT`` object with ``fields`` changed."""
     copied = type(options)()
     copied.__dict__.update(options.__dict__)

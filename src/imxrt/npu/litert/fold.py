@@ -112,7 +112,7 @@ def _sink_one(ctx: LoweringContext) -> bool:
                 chain.insert(0, writer[id(source)])
                 source = chain[0].inputs[0]
             form = layout.as_reshape_then_transpose(source.shape, [_step(op) for op in chain]) if chain else None
-            if form is None or form[1] == tuple(range(len(form[1]))):
+            if form is None or form[1] == tuple(range(len(form[1]))) or len(form[1]) > layout.MAX_TRANSPOSE_RANK:
                 break
             plans.append((source, chain, *form))
         else:

@@ -238,17 +238,42 @@ def test_flattened_maps_joined_along_positions_are_transposed_once(target):
         check_case(result, inputs)
 
 
-def test_qat_keeps_the_conv_before_a_hardsigmoid_trainable():
+@pytest.mark.parametrize("target", TARGETS)
+def test_qat_keeps_the_conv_before_a_hardsigmoid_trainable(target):
     """Folding a hardsigmoid rewrites the conv's weights into new constants: under QAT that would freeze
-    the conv, so QAT keeps the hardsigmoid (as it keeps batch norms for pt2e's own fusion)."""
+    the conv, so QAT keeps the hardsigmoid (as it keeps batch norms for pt2e's own fusion); for the NPU it
+    decomposes into ADD + RELU6 and MUL."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Hardsigmoid()).eval()
+    model = SqueezeExcite(*SQUEEZE_EXCITE["mobilenet_v3"]).eval()
     frozen = []
 
     def train(prepared):
         frozen.extend(name for name, p in prepared.named_parameters() if not p.requires_grad)
 
-    x = (torch.randn(1, 3, 6, 6),)
-    result = compile(model, x, "imxrt700-cpu", [x], CompileOptions(show_progress=False), qat=train)
+    generator = torch.Generator().manual_seed(0)
+    cal = [(torch.randn(1, 3, 8, 8, generator=generator),) for _ in range(4)]
+    result = compile(model, cal[0], target, cal, CompileOptions(show_progress=False), qat=train)
     assert frozen == []
-    assert check_case(result, x) is None
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    kinds = {op["op"] for op in result.report["ops"]}
+    assert ("aten.hardsigmoid.default" in kinds) == (target == "imxrt700-cpu")
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+
+
+class GateAfterAdd(nn.Module):
+    def forward(self, x, y):
+        return nn.functional.hardsigmoid(x + y) * x
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_hardsigmoid_no_conv_feeds_is_npu_ops_or_one_table(target):
+    """With no conv or linear layer before it to fold into, a hardsigmoid is ADD with a fused RELU6 and a
+    MUL on the NPU; on a CPU-only target it stays one table."""
+    generator = torch.Generator().manual_seed(0)
+    cal = [(torch.randn(1, 4, 5, 5, generator=generator), torch.randn(1, 4, 5, 5, generator=generator))
+           for _ in range(8)]
+    result = compile(GateAfterAdd(), cal[0], target, cal, CompileOptions(show_progress=False))
+    _one_int8_partition(result, cal, target)
+    kinds = {op["op"] for op in result.report["ops"]}
+    assert ("aten.hardsigmoid.default" in kinds) == (target == "imxrt700-cpu")

@@ -14,6 +14,7 @@ from imxrt.passes.convert_matmul_to_bmm import ConvertMatmulToBmmPass
 from imxrt.passes.convert_pad_to_core_op import ConvertPadToCoreOpPass
 from imxrt.passes.convert_scalar_operands_to_float import ConvertScalarOperandsToFloatPass
 from imxrt.passes.convert_split_to_slices import ConvertSplitToSlicesPass
+from imxrt.passes.decompose_hardsigmoid import DecomposeHardsigmoidPass
 from imxrt.passes.decompose_silu import DecomposeSiluPass
 from imxrt.passes.fold_batch_norm import FoldBatchNormPass
 from imxrt.passes.fold_hardsigmoid import FoldHardsigmoidPass
@@ -27,35 +28,35 @@ from imxrt.passes.unshare_parameters import UnshareParametersPass
 # go next so a dropout between conv and batch norm does not block folding; an unbatched input gets its batch
 # dimension before the passes that read a conv's input rank;
 # batch norms fold before conv1d becomes conv2d, whose trailing squeeze would separate them, and before a
-# hardsigmoid folds into the conv (a BN between them would block it); the squeezes the 1-D conversions leave
+# hardsigmoid folds into the conv (a BN between them would block it) and only the hardsigmoids left decompose;
+# the decompositions go before scalar operands become constants; the squeezes the 1-D conversions leave
 # sink right after them, so a 1-D net's activations and pools meet on rank-4 values; addmm goes before
 # matmul, as its non-linear form is an mm of two activations; parameters are
 # unshared last, after the passes that read or replace them, so each use is quantized at its own scale.
 ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, AddBatchDimensionPass, FoldBatchNormPass,
-               FoldHardsigmoidPass, ConvertConv1dToConv2dPass, Convert1dOpsTo2dPass, SinkSqueezePass,
-               ConvertAddmmToLinearPass, ConvertMatmulToBmmPass, ConvertClampTensorPass, ConvertDivToMulPass,
-               ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass, ConvertSplitToSlicesPass,
-               UnshareParametersPass)
+               FoldHardsigmoidPass, DecomposeHardsigmoidPass, DecomposeSiluPass, ConvertConv1dToConv2dPass,
+               Convert1dOpsTo2dPass, SinkSqueezePass, ConvertAddmmToLinearPass, ConvertMatmulToBmmPass,
+               ConvertClampTensorPass, ConvertDivToMulPass, ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass,
+               ConvertSplitToSlicesPass, UnshareParametersPass)
 
+# Passes for targets with an NPU only: they trade a CPU kernel (one table) for ops the NPU runs.
+NPU_ATEN_PASSES = (DecomposeHardsigmoidPass, DecomposeSiluPass)
 
 # Run by to_edge_transform_and_lower after decomposition, before the partitioners see the graph.
 EDGE_PASSES = (RemoveIdentityCopiesPass,)
 
 
-# Passes for targets with an NPU only: they trade a CPU kernel for ops the NPU runs.
-NPU_ATEN_PASSES = (DecomposeSiluPass,)
-
-
 # Passes that rewrite parameters into new constants: QAT skips them, its parameters must stay trainable
-# (pt2e's conv+BN fusion trains the batch norms and convert folds them; a hardsigmoid stays a table on the CPU).
+# (pt2e's conv+BN fusion trains the batch norms and convert folds them; a hardsigmoid then decomposes for
+# the NPU, or stays one table on a CPU-only target).
 PARAMETER_FOLDING_PASSES = (FoldBatchNormPass, FoldHardsigmoidPass)
 
 
 def run_aten_passes(gm: GraphModule, qat: bool = False, npu: bool = True) -> GraphModule:
-    """Apply ``ATEN_PASSES`` in order, then, for a target with an NPU, ``NPU_ATEN_PASSES``; each returns a
-    ``PassResult``. With ``qat``, without ``PARAMETER_FOLDING_PASSES``."""
-    for pass_type in ATEN_PASSES + (NPU_ATEN_PASSES if npu else ()):
-        if qat and pass_type in PARAMETER_FOLDING_PASSES:
+    """Apply ``ATEN_PASSES`` in order (``NPU_ATEN_PASSES`` only for a target with an NPU; with ``qat``, no
+    ``PARAMETER_FOLDING_PASSES``); each returns a ``PassResult``."""
+    for pass_type in ATEN_PASSES:
+        if (qat and pass_type in PARAMETER_FOLDING_PASSES) or (not npu and pass_type in NPU_ATEN_PASSES):
             continue
         gm = pass_type()(gm).graph_module
     return gm

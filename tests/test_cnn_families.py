@@ -247,18 +247,22 @@ def test_qat_keeps_the_conv_before_a_hardsigmoid_trainable(target):
     model = SqueezeExcite(*SQUEEZE_EXCITE["mobilenet_v3"]).eval()
     frozen = []
 
-    def train(prepared):
-        frozen.extend(name for name, p in prepared.named_parameters() if not p.requires_grad)
-
     generator = torch.Generator().manual_seed(0)
     cal = [(torch.randn(1, 3, 8, 8, generator=generator),) for _ in range(4)]
+
+    def train(prepared):
+        frozen.extend(name for name, p in prepared.named_parameters() if not p.requires_grad)
+        optimizer = torch.optim.SGD(prepared.parameters(), lr=1e-3)
+        for (x,) in cal:  # a few steps: the observers see data, the weights move
+            optimizer.zero_grad()
+            prepared(x).square().mean().backward()
+            optimizer.step()
+
     result = compile(model, cal[0], target, cal, CompileOptions(show_progress=False), qat=train)
     assert frozen == []
-    assert result.report["summary"]["ops_cpu_float"] == 0
     kinds = {op["op"] for op in result.report["ops"]}
     assert ("aten.hardsigmoid.default" in kinds) == (target == "imxrt700-cpu")
-    for inputs in cal[:2]:
-        check_case(result, inputs)
+    _one_int8_partition(result, cal, target)
 
 
 class GateAfterAdd(nn.Module):

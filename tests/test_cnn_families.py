@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 import torch
 import torch.nn as nn
+from ai_edge_litert import schema_py_generated as schema
 from program_checks import check_case
 
 from imxrt.npu.compilers.reference import litert_ops
@@ -281,3 +282,22 @@ def test_a_hardsigmoid_no_conv_feeds_is_npu_ops_or_one_table(target):
     _one_int8_partition(result, cal, target)
     kinds = {op["op"] for op in result.report["ops"]}
     assert ("aten.hardsigmoid.default" in kinds) == (target == "imxrt700-cpu")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("bounds", [(-1.0, 1.0), (0.0, 1.0), (-0.5, 3.0)])
+def test_any_constant_clamp_after_a_conv_fuses_into_it(bounds, target):
+    """Every hardtanh fuses into the conv before it at quantization (one rounding, no int8 tensor between);
+    on the NPU, as the fused activations Neutron takes after a conv (RELU, RELU6) or else MINIMUM /
+    MAXIMUM, never a fused RELU_N1_TO_1."""
+    torch.manual_seed(0)
+    result, cal = _compile(nn.Sequential(nn.Conv2d(3, 4, 3), nn.Hardtanh(*bounds)), (1, 3, 6, 6), target)
+    _one_int8_partition(result, cal, target)
+    assert _litert_ops(result)["RELU_N1_TO_1"] == 0
+    fused = {op.builtinOptions.fusedActivationFunction for tflite in result.partitions
+             for op in schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(tflite, 0)).subgraphs[0].operators
+             if isinstance(op.builtinOptions, schema.Conv2DOptionsT)}
+    assert fused <= {schema.ActivationFunctionType.NONE, schema.ActivationFunctionType.RELU,
+                     schema.ActivationFunctionType.RELU6}
+    if target == "imxrt700-cpu":  # one kernel: the clamp is the conv's activation_min / activation_max
+        assert [op["op"] for op in result.report["ops"] if "quantize" not in op["op"]] == ["aten.convolution.default"]

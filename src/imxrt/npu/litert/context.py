@@ -36,11 +36,12 @@ _PASS_THROUGH = {
     exir_ops.edge.dim_order_ops._clone_dim_order.default,
     exir_ops.edge.dim_order_ops._to_dim_order_copy.default,
 }
-# Clamp ranges a producing op can apply itself, as TFLite's fused activation.
+# Clamp ranges a producing op applies itself, as TFLite's fused activation: the ones Neutron fuses after a
+# conv or linear layer (reference/neutron.md); any other clamp is a MINIMUM / MAXIMUM after the op, or
+# nothing where the output's int8 range already ends at the bound.
 _FUSED_ACTIVATIONS = {
     (0.0, math.inf): Activation.RELU,
     (0.0, 6.0): Activation.RELU6,
-    (-1.0, 1.0): Activation.RELU_N1_TO_1,
 }
 
 

@@ -58,13 +58,18 @@ def _image_io(result) -> int:
     return sum(len(io["shape"]) == 4 for io in (*result.io["inputs"], *result.io["outputs"]))
 
 
-def _one_int8_partition(result, cal, target):
+def _one_int8_partition(result, cal, target, transposes: int | None = None):
+    """Every op int8; on imxrt700 one partition with only the I/O conversions on the CPU, and ``transposes``
+    TRANSPOSEs (default: at most one per NCHW image input or output)."""
     summary = result.report["summary"]
     assert summary["ops_cpu_float"] == 0, [op for op in result.report["ops"] if op["execution"] == "cpu float"]
     if target == "imxrt700":
         cpu = [op["op"] for op in result.report["ops"] if op["placement"] != "npu"]
         assert summary["partitions"] == 1 and all("quantize" in op for op in cpu), cpu
-        assert _litert_ops(result)["TRANSPOSE"] <= _image_io(result)
+        if transposes is None:
+            assert _litert_ops(result)["TRANSPOSE"] <= _image_io(result)
+        else:
+            assert _litert_ops(result)["TRANSPOSE"] == transposes
     for inputs in cal[:3]:
         check_case(result, inputs)
 
@@ -140,9 +145,7 @@ def test_a_1d_audio_cnn_is_one_partition_without_layout_changes(target):
     audio net). The squeezes sink past the activations, adds and the final mean; the net never leaves NHWC."""
     torch.manual_seed(0)
     result, cal = _compile(AudioNet(), (1, 1, 400), target)
-    _one_int8_partition(result, cal, target)
-    if target == "imxrt700":
-        assert _litert_ops(result)["TRANSPOSE"] == 0  # a one-channel input is NHWC as it is
+    _one_int8_partition(result, cal, target, transposes=0)  # a one-channel input is NHWC as it is
 
 
 class ShuffleUnit(nn.Module):
@@ -175,13 +178,7 @@ def test_a_channel_shuffle_is_one_transpose_inside_the_partition(target):
     49): it is the one TRANSPOSE the shuffle is, of [N·H·W, g, C/g]."""
     torch.manual_seed(0)
     result, cal = _compile(ShuffleUnit(), (1, 3, 6, 6), target)
-    summary = result.report["summary"]
-    assert summary["ops_cpu_float"] == 0
-    if target == "imxrt700":
-        assert summary["partitions"] == 1
-        assert _litert_ops(result)["TRANSPOSE"] == _image_io(result) + 2  # the input's and one per shuffle
-    for inputs in cal[:3]:
-        check_case(result, inputs)
+    _one_int8_partition(result, cal, target, transposes=_image_io(result) + 2)  # the input's and one per shuffle
 
 
 class FlattenClassifier(nn.Module):
@@ -203,9 +200,7 @@ def test_a_flatten_before_linear_layers_permutes_their_weights_not_the_data(targ
     it take their weight columns in NHWC order instead, and the flatten is a RESHAPE."""
     torch.manual_seed(0)
     result, cal = _compile(FlattenClassifier(), (1, 3, 8, 8), target)
-    _one_int8_partition(result, cal, target)
-    if target == "imxrt700":
-        assert _litert_ops(result)["TRANSPOSE"] == 1  # the NCHW model input's
+    _one_int8_partition(result, cal, target, transposes=1)  # the NCHW model input's
 
 
 class DetectionHead(nn.Module):
@@ -230,13 +225,7 @@ def test_flattened_maps_joined_along_positions_are_transposed_once(target):
     untransposed and one TRANSPOSE gives the joined result its [N, K, positions] order."""
     torch.manual_seed(0)
     result, cal = _compile(DetectionHead(), (1, 3, 8, 8), target)
-    summary = result.report["summary"]
-    assert summary["ops_cpu_float"] == 0
-    if target == "imxrt700":
-        assert summary["partitions"] == 1
-        assert _litert_ops(result)["TRANSPOSE"] == 2  # the NCHW input's, and the joined output's
-    for inputs in cal[:3]:
-        check_case(result, inputs)
+    _one_int8_partition(result, cal, target, transposes=2)  # the NCHW input's, and the joined output's
 
 
 @pytest.mark.parametrize("target", TARGETS)

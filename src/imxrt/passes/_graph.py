@@ -33,6 +33,48 @@ def add_constant(gm: GraphModule, before: Node, stem: str, value: torch.Tensor) 
     return node
 
 
+# Layers a per-output-channel affine map after them folds into: op -> axis of its weight that indexes
+# output channels.
+OUTPUT_CHANNEL_AXIS = {
+    torch.ops.aten.conv1d.default: 0,
+    torch.ops.aten.conv2d.default: 0,
+    torch.ops.aten.linear.default: 0,
+    torch.ops.aten.conv_transpose2d.input: 1,
+}
+
+
+def foldable_layer(node: object) -> bool:
+    """A conv / linear node (``OUTPUT_CHANNEL_AXIS``) whose only user is the op that would fold into it."""
+    return isinstance(node, Node) and node.op == "call_function" and node.target in OUTPUT_CHANNEL_AXIS \
+        and len(node.users) == 1
+
+
+def layer_parameters(gm: GraphModule, layer: Node) -> tuple[torch.Tensor, torch.Tensor | None, int] | None:
+    """A ``foldable_layer``'s constant weight, its bias (None when it has none) and the weight's output-channel
+    axis; None when either is not a module constant, or when groups split the output channels of a
+    transposed conv (its weight's axis 1 then holds one group's channels)."""
+    weight = constant_value(gm, layer.args[1])
+    bias_node = layer.args[2] if len(layer.args) > 2 else None
+    bias = constant_value(gm, bias_node) if bias_node is not None else None
+    axis = OUTPUT_CHANNEL_AXIS[layer.target]
+    grouped = axis == 1 and len(layer.args) > 6 and layer.args[6] != 1
+    if weight is None or (bias_node is not None and bias is None) or grouped:
+        return None
+    return weight, bias, axis
+
+
+def set_layer_parameters(gm: GraphModule, layer: Node, stem: str, weight: torch.Tensor, bias: torch.Tensor) -> None:
+    """Give ``layer`` new constant weight and bias (``<stem>_weight_<i>``, ``<stem>_bias_<i>``)."""
+    args = list(layer.args)
+    args[1] = add_constant(gm, layer, f"{stem}_weight", weight)
+    bias_node = add_constant(gm, layer, f"{stem}_bias", bias)
+    if len(args) > 2:
+        args[2] = bias_node
+    else:
+        args.append(bias_node)
+    layer.args = tuple(args)
+
+
 def finish(gm: GraphModule) -> GraphModule:
     gm.graph.eliminate_dead_code()
     gm.graph.lint()

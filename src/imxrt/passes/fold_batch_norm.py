@@ -15,18 +15,16 @@ import torch
 from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import add_constant, constant_value, finish
+from imxrt.passes._graph import (
+    add_constant,
+    constant_value,
+    finish,
+    foldable_layer,
+    layer_parameters,
+    set_layer_parameters,
+)
 
 aten = torch.ops.aten
-
-# producer op -> axis of its weight that indexes output channels
-_FOLDABLE = {
-    aten.conv1d.default: 0,
-    aten.conv2d.default: 0,
-    aten.linear.default: 0,
-    aten.conv_transpose2d.input: 1,
-}
-
 
 class FoldBatchNormPass(PassBase):
     """Requires: eval-mode ``aten.batch_norm`` with constant statistics. Ensures: no such batch norm
@@ -38,44 +36,25 @@ class FoldBatchNormPass(PassBase):
             if bn.op != "call_function" or bn.target != aten.batch_norm.default:
                 continue
             producer = bn.args[0]
-            if (
-                producer.op != "call_function"
-                or producer.target not in _FOLDABLE
-                or len(producer.users) != 1
-                or bn.args[5]  # training mode: statistics are not constants
-            ):
+            if not foldable_layer(producer) or bn.args[5]:  # training mode: statistics are not constants
                 modified |= _as_depthwise_conv(gm, bn)
                 continue
             gamma, beta, mean, var = (constant_value(gm, a) for a in bn.args[1:5])
-            weight = constant_value(gm, producer.args[1])
-            bias_node = producer.args[2] if len(producer.args) > 2 else None
-            bias = constant_value(gm, bias_node) if bias_node is not None else None
-            if weight is None or mean is None or var is None or (bias_node is not None and bias is None):
+            parameters = layer_parameters(gm, producer)
+            if parameters is None or mean is None or var is None:
                 continue
+            weight, bias, axis = parameters
             channels = mean.numel()
             eps = bn.args[7]
             gamma = gamma if gamma is not None else torch.ones(channels)
             beta = beta if beta is not None else torch.zeros(channels)
             bias = bias if bias is not None else torch.zeros(channels)
             factor = (gamma / torch.sqrt(var + eps)).to(torch.float64)
-            axis = _FOLDABLE[producer.target]
             shape = [1] * weight.dim()
             shape[axis] = -1
-            groups = producer.args[6] if producer.target == aten.conv_transpose2d.input and len(
-                producer.args) > 6 else 1
-            if axis == 1 and groups != 1:
-                continue  # grouped transpose conv: output channels are split across groups
             new_weight = (weight.to(torch.float64) * factor.reshape(shape)).to(weight.dtype)
             new_bias = ((bias.to(torch.float64) - mean) * factor + beta).to(weight.dtype)
-            weight_node = add_constant(gm, producer, "folded_weight", new_weight)
-            bias_const = add_constant(gm, producer, "folded_bias", new_bias)
-            args = list(producer.args)
-            args[1] = weight_node
-            if len(args) > 2:
-                args[2] = bias_const
-            else:
-                args.append(bias_const)
-            producer.args = tuple(args)
+            set_layer_parameters(gm, producer, "folded", new_weight, new_bias)
             bn.replace_all_uses_with(producer)
             gm.graph.erase_node(bn)
             modified = True

@@ -14,12 +14,10 @@ import torch
 from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import add_constant, call, constant_value, finish
+from imxrt.passes._graph import call, finish, foldable_layer, layer_parameters, set_layer_parameters
 
 aten = torch.ops.aten
 
-# producer op -> axis of its weight that indexes output channels (a grouped transposed conv splits them)
-_FOLDABLE = {aten.conv1d.default: 0, aten.conv2d.default: 0, aten.linear.default: 0, aten.conv_transpose2d.input: 1}
 _HARDSIGMOID = (aten.hardsigmoid.default, aten.hardsigmoid_.default)
 
 
@@ -33,25 +31,12 @@ class FoldHardsigmoidPass(PassBase):
             if node.op != "call_function" or node.target not in _HARDSIGMOID:
                 continue
             producer = node.args[0]
-            if producer.op != "call_function" or producer.target not in _FOLDABLE or len(producer.users) != 1:
+            parameters = layer_parameters(gm, producer) if foldable_layer(producer) else None
+            if parameters is None:
                 continue
-            weight = constant_value(gm, producer.args[1])
-            bias_node = producer.args[2] if len(producer.args) > 2 else None
-            bias = constant_value(gm, bias_node) if bias_node is not None else None
-            if weight is None or (bias_node is not None and bias is None):
-                continue
-            if _FOLDABLE[producer.target] == 1 and len(producer.args) > 6 and producer.args[6] != 1:
-                continue  # grouped transposed conv: the bias length is not weight.shape[1]
-            channels = weight.shape[_FOLDABLE[producer.target]]
-            bias = bias if bias is not None else torch.zeros(channels, dtype=weight.dtype)
-            args = list(producer.args)
-            args[1] = add_constant(gm, producer, "hardsigmoid_weight", weight / 6)
-            bias_const = add_constant(gm, producer, "hardsigmoid_bias", bias / 6 + 0.5)
-            if len(args) > 2:
-                args[2] = bias_const
-            else:
-                args.append(bias_const)
-            producer.args = tuple(args)
+            weight, bias, axis = parameters
+            bias = bias if bias is not None else torch.zeros(weight.shape[axis], dtype=weight.dtype)
+            set_layer_parameters(gm, producer, "hardsigmoid", weight / 6, bias / 6 + 0.5)
             with gm.graph.inserting_before(node):
                 clamp = call(gm, aten.hardtanh.default, (producer, 0.0, 1.0), like=node)
             node.replace_all_uses_with(clamp)

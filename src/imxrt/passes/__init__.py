@@ -14,6 +14,7 @@ from imxrt.passes.convert_matmul_to_bmm import ConvertMatmulToBmmPass
 from imxrt.passes.convert_pad_to_core_op import ConvertPadToCoreOpPass
 from imxrt.passes.convert_scalar_operands_to_float import ConvertScalarOperandsToFloatPass
 from imxrt.passes.convert_split_to_slices import ConvertSplitToSlicesPass
+from imxrt.passes.decompose_attention import DecomposeAttentionPass
 from imxrt.passes.decompose_hardsigmoid import DecomposeHardsigmoidPass
 from imxrt.passes.decompose_silu import DecomposeSiluPass
 from imxrt.passes.fold_batch_norm import FoldBatchNormPass
@@ -21,6 +22,8 @@ from imxrt.passes.fold_hardsigmoid import FoldHardsigmoidPass
 from imxrt.passes.functionalize_in_place import FunctionalizeInPlacePass
 from imxrt.passes.remove_identity_copies import RemoveIdentityCopiesPass
 from imxrt.passes.remove_noops import RemoveNoOpsPass
+from imxrt.passes.rescale_bmm_operands import RescaleBatchMatmulOperandsPass
+from imxrt.passes.sink_batch_views import SinkBatchViewsPass
 from imxrt.passes.sink_squeeze import SinkSqueezePass
 from imxrt.passes.unshare_parameters import UnshareParametersPass
 
@@ -31,16 +34,19 @@ from imxrt.passes.unshare_parameters import UnshareParametersPass
 # hardsigmoid folds into the conv (a BN between them would block it) and only the hardsigmoids left decompose;
 # the decompositions go before scalar operands become constants; the squeezes the 1-D conversions leave
 # sink right after them, so a 1-D net's activations and pools meet on rank-4 values; addmm goes before
-# matmul, as its non-linear form is an mm of two activations; parameters are
+# matmul, as its non-linear form is an mm of two activations; attention (SDPA) decomposes before matmuls
+# become bmm, and the batch views bmm leaves sink right after, so attention scores stay rank 3 (and a softmax
+# a bmm reads is rescaled to zero point 0 before its scalar 1 becomes a constant); parameters are
 # unshared last, after the passes that read or replace them, so each use is quantized at its own scale.
 ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, AddBatchDimensionPass, FoldBatchNormPass,
                FoldHardsigmoidPass, DecomposeHardsigmoidPass, DecomposeSiluPass, ConvertConv1dToConv2dPass,
-               Convert1dOpsTo2dPass, SinkSqueezePass, ConvertAddmmToLinearPass, ConvertMatmulToBmmPass,
+               Convert1dOpsTo2dPass, SinkSqueezePass, ConvertAddmmToLinearPass, DecomposeAttentionPass,
+               ConvertMatmulToBmmPass, SinkBatchViewsPass, RescaleBatchMatmulOperandsPass,
                ConvertClampTensorPass, ConvertDivToMulPass, ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass,
                ConvertSplitToSlicesPass, UnshareParametersPass)
 
 # Passes for targets with an NPU only: they trade a CPU kernel (one table) for ops the NPU runs.
-NPU_ATEN_PASSES = (DecomposeHardsigmoidPass, DecomposeSiluPass)
+NPU_ATEN_PASSES = (DecomposeHardsigmoidPass, DecomposeSiluPass, RescaleBatchMatmulOperandsPass)
 
 # Run by to_edge_transform_and_lower after decomposition, before the partitioners see the graph.
 EDGE_PASSES = (RemoveIdentityCopiesPass,)

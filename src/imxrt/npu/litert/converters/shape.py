@@ -1,5 +1,6 @@
 """Data movement: view / squeeze / unsqueeze / clone / copies -> RESHAPE or nothing; permute_copy ->
-TRANSPOSE composed with the layout; slice_copy -> SLICE; cat -> CONCATENATION. All keep qparams."""
+TRANSPOSE composed with the layout; slice_copy -> SLICE; select_copy -> SLICE and RESHAPE; cat ->
+CONCATENATION. All keep qparams."""
 
 from __future__ import annotations
 
@@ -54,6 +55,27 @@ def convert_permute(ctx: LoweringContext, node: Node) -> None:
     perm = [int(d) % rank for d in node.args[1]]
     steps = layout.permute_steps(x.shape, layout.stored_permutation(perm))
     ctx.bind(out, ctx.apply_steps(x, steps, out.sources))
+
+
+def convert_select(ctx: LoweringContext, node: Node) -> None:
+    """select_copy(x, dim, index) -> SLICE of one element along the stored axis, then the view that drops
+    the dim (a RESHAPE, or a TRANSPOSE where the stored order changes with the rank)."""
+    shape = edge_shape(node.args[0])
+    rank = len(shape)
+    dim = int(node.args[1]) % rank
+    index = int(node.args[2]) % shape[dim]
+    x = ctx.tensor(node.args[0], node)
+    out = ctx.output(node)
+    axis = layout.stored_axis(dim, rank)
+    begin = [0] * rank
+    begin[axis] = index
+    size = list(x.shape)
+    size[axis] = 1
+    sliced_edge = tuple(1 if d == dim else n for d, n in enumerate(shape))
+    sliced = ctx.activation_tensor(out.anchor.name + "_slice", layout.stored_shape(sliced_edge), x.quantization)
+    inputs = [x, ctx.int32_constant("begin", begin), ctx.int32_constant("size", size)]
+    ctx.emit("SLICE", inputs, [sliced], None, out.sources)
+    ctx.bind(out, ctx.apply_steps(sliced, layout.view_steps(sliced_edge, out.edge_shape), out.sources))
 
 
 def convert_slice(ctx: LoweringContext, node: Node) -> None:

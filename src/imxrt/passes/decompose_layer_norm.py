@@ -83,7 +83,8 @@ class DecomposeLayerNormPass(PassBase):
                 x, shape, weight, bias, eps = node.args
                 out = decompose(gm, node, x, shape, weight, bias, eps)
                 for user in list(node.users):
-                    user.replace_all_uses_with(out)
+                    if user.args[1] == 0:
+                        user.replace_all_uses_with(out)
                     gm.graph.erase_node(user)
                 gm.graph.erase_node(node)
                 modified = True
@@ -100,4 +101,4 @@ def _layer_norm_arguments(node: Node) -> tuple:
 
 def _only_output_used(node: Node) -> bool:
     """``native_layer_norm``'s saved mean and inverse deviation (outputs 1 and 2) have no reader."""
-    return all(user.target is operator.getitem and user.args[1] == 0 for user in node.users)
+    return all(user.target is operator.getitem and (user.args[1] == 0 or not user.users) for user in node.users)

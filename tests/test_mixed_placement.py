@@ -17,7 +17,7 @@ from imxrt.pipeline import CompileOptions, compile
 
 class Probe(nn.Module):
     """conv (NPU) -> softmax over H (NPU: channel dim only) -> upsample x3 (NPU: scales 1, 2, 4, 8) ->
-    conv over the MAC bound (9 * 9 * roundup(816, 8) = 66,096 > 65,535) -> gelu (no Neutron kernel) ->
+    conv over the MAC bound (9 * 9 * roundup(816, 8) = 66,096 > 65,535) -> elu (no Neutron kernel) ->
     GRU cell (no int8 kernel anywhere) -> linear (NPU)."""
 
     def __init__(self):
@@ -31,7 +31,7 @@ class Probe(nn.Module):
         y = F.relu(self.conv(x))                    # [1, 816, 3, 3]
         y = torch.softmax(y, dim=2)
         y = F.interpolate(y, scale_factor=3, mode="nearest")  # [1, 816, 9, 9]
-        y = F.gelu(self.big(y)).flatten(1)          # [1, 8]
+        y = F.elu(self.big(y)).flatten(1)           # [1, 8]
         return self.fc(self.gru(y))
 
 
@@ -58,9 +58,9 @@ def test_each_op_the_npu_rejects_runs_as_its_cortex_m_kernel_with_the_npu_reason
     big = [e for e in report["ops"] if e["op"] == "aten.convolution.default" and e["placement"] == "cpu"]
     assert len(big) == 1 and big[0]["execution"] == "cpu int8"
     assert big[0]["kernel"] == "cortex_m.quantized_conv2d.default" and "65535" in big[0]["reason"].replace(",", "")
-    gelu = _entry(report, "aten.gelu.default")
-    assert gelu["execution"] == "cpu int8" and gelu["kernel"] == "cortex_m.quantized_activation.default"
-    assert "no eIQ Neutron kernel" in gelu["reason"]
+    elu = _entry(report, "aten.elu.default")
+    assert elu["execution"] == "cpu int8" and elu["kernel"] == "cortex_m.quantized_activation.default"
+    assert "no eIQ Neutron kernel" in elu["reason"]
 
 
 def test_an_op_without_any_int8_kernel_stays_float_and_says_why(probe):

@@ -81,8 +81,8 @@ CASES = {
     "avg_pool_ceil_mode_padded": (
         Lambda(lambda _, x: nn.functional.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True)), [(1, 4, 8, 8)],
         "aten.avg_pool2d.default", False, "ceil-mode pool without padding"),
-    "gelu": (Lambda(lambda _, x: nn.functional.gelu(x)), [(1, 16)], "aten.gelu.default", False,
-             "has no eIQ Neutron kernel"),
+    "elu": (Lambda(lambda _, x: nn.functional.elu(x)), [(1, 16)], "aten.elu.default", False,
+            "has no eIQ Neutron kernel"),
 }
 
 

@@ -204,6 +204,31 @@ def test_qat_keeps_the_layer_norm_parameters_trainable():
     assert not {"norm.weight", "norm.bias"} & parameters_read(qat=False)
 
 
+@pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
+def test_qat_trains_the_norm_and_compiles_it_to_int8(target):
+    """Under QAT the norm's γ and β are trained parameters of the prepared model (the decomposition's own
+    constants, its 1/C averaging weights and eps, are not), and the program is int8 like the PTQ one."""
+    torch.manual_seed(0)
+    model = TransformerMlp().eval()
+    samples = _residual_stream(torch.Generator().manual_seed(0), 4)
+    trainable = {}
+
+    def train(prepared):
+        trainable.update({name: p.requires_grad for name, p in prepared.named_parameters()})
+        optimizer = torch.optim.SGD([p for p in prepared.parameters() if p.requires_grad], lr=1e-3)
+        for (x,) in samples:  # a few steps: the observers see data, γ and β move
+            optimizer.zero_grad()
+            prepared(x).square().mean().backward()
+            optimizer.step()
+
+    result = compile(model, samples[0], target, samples, CompileOptions(show_progress=False), qat=train)
+    assert trainable["norm.weight"] and trainable["norm.bias"]
+    assert not any(trainable[name] for name in trainable if name.startswith("layer_norm_"))
+    summary = result.report["summary"]
+    assert summary["ops_cpu_float"] == 0 and summary["partitions"] == (1 if target == "imxrt700" else 0)
+    check_case(result, samples[1], model)
+
+
 # --- compiled: placement and TFLM -------------------------------------------------------------------------
 
 BLOCKS = {

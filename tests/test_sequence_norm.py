@@ -181,10 +181,24 @@ def test_layer_norm_affine_folds_into_the_linear_layers_reading_it():
     assert torch.allclose(result.graph_module(x), model(x), atol=1e-5, rtol=0)
 
 
-def test_layer_norm_affine_stays_when_a_user_is_not_a_linear_layer():
-    """The residual path reads the norm's affine output itself: nothing folds."""
-    model = SharedNorm(residual=True).eval()
-    x = torch.randn(1, 8, 32, generator=torch.Generator().manual_seed(0))
+class TwoDimNormLinear(nn.Module):
+    """A norm over [4, 8] into a linear over the last 8: γ and β vary over 4 x 8 positions, not 8 features."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = _randomize_affine(nn.LayerNorm([4, 8]))
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(self.norm(x))
+
+
+@pytest.mark.parametrize("name", ["residual_user", "two_dim_norm"])
+def test_layer_norm_affine_stays_where_it_cannot_fold(name):
+    """The residual path reads the norm's affine output itself, or γ is not one value per input feature of
+    the linear layer: nothing folds."""
+    model = SharedNorm(residual=True).eval() if name == "residual_user" else TwoDimNormLinear().eval()
+    x = torch.randn(1, 4, 32 if name == "residual_user" else 8, generator=torch.Generator().manual_seed(0))
     result = FoldLayerNormAffinePass()(_exported(model, x))
     assert not result.modified
     assert all(arg is not None for arg in _norm_args(result.graph_module)[2:4])

@@ -23,8 +23,8 @@ _WEIGHT, _BIAS = 2, 3  # layer_norm argument positions
 
 
 class FoldLayerNormAffinePass(PassBase):
-    """Requires: functional graph with constant weights. Ensures: a ``layer_norm`` whose every user is a
-    linear layer with constant parameters reading it as its input has no weight and no bias."""
+    """Requires: functional graph with constant weights. Ensures: a ``layer_norm`` over one dim whose every
+    user is a linear layer with constant parameters reading it as its input has no weight and no bias."""
 
     def call(self, gm: GraphModule) -> PassResult:
         modified = False
@@ -38,8 +38,8 @@ class FoldLayerNormAffinePass(PassBase):
 def _fold_into_users(gm: GraphModule, norm: Node) -> bool:
     args = list(norm.args) + [None] * (4 - len(norm.args))
     weight_node, bias_node = args[_WEIGHT], args[_BIAS]
-    if weight_node is None and bias_node is None:
-        return False
+    if (weight_node is None and bias_node is None) or len(args[1]) != 1:
+        return False  # a norm over several dims has a γ per position, not per input feature of a linear
     gamma, beta = constant_value(gm, weight_node), constant_value(gm, bias_node)
     if (weight_node is not None and gamma is None) or (bias_node is not None and beta is None):
         return False

@@ -10,7 +10,8 @@ Rows:
   with where its ops run (NPU partitions, compute ops left in float on the CPU);
 - XNNPACK PTQ / QAT: ExecuTorch's upstream `XNNPACKQuantizer` (`get_symmetric_quantization_config`,
   per-channel weights) on the same model with the same calibration samples and the same QAT fine-tuning,
-  as its fake-quantized converted model (what its int8 kernels compute, up to rounding): the baseline.
+  as its fake-quantized converted model (what its int8 kernels compute, up to rounding): the baseline, with
+  how many of its compute ops its quantizer made int8.
 QAT (cnn task) fine-tunes the prepared model for `--qat-epochs` on the training split at a low learning rate.
 
     python benchmarks/accuracy.py [--task cnn|sequence|all] [--target imxrt700] [--qat-epochs 1]
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import operator
 import sys
 import time
 from collections.abc import Callable
@@ -89,6 +91,15 @@ def _placement(result) -> str:
     return f"{summary['partitions']} NPU partition(s), {summary['ops_cpu_float']} float CPU op(s)"
 
 
+def _xnnpack_placement(converted: torch.fx.GraphModule) -> str:
+    """How much of the model XNNPACK's quantizer made int8: the compute ops it annotated (their annotation stays
+    in the converted graph's node meta); the rest, an `aten.gru` it has no rule for, say, stay float."""
+    compute = [node for node in converted.graph.nodes if node.op == "call_function"
+               and "quantize_per_" not in str(node.target) and node.target is not operator.getitem]
+    annotated = [node for node in compute if "quantization_annotation" in node.meta]
+    return f"{len(annotated)} of {len(compute)} compute op(s) int8"
+
+
 def _print_table(title: str, float_score: float, rows: list[tuple[str, AccuracyReport, float, str]]) -> None:
     print(f"\n{title}")
     print(f"{'model':24s} {'top-1':>7s} {'vs float':>9s} {'agree':>7s} {'SQNR dB':>8s} {'seconds':>8s}  placement")
@@ -115,8 +126,9 @@ def cnn_task(target: str, qat_epochs: int) -> None:
         rows.append((name, report, time.perf_counter() - start, _placement(result)))
     for name, train in (("XNNPACK PTQ", None), ("XNNPACK QAT", fine_tune(qat_epochs))):
         start = time.perf_counter()
-        report = evaluate(model, _Fake(xnnpack(digits.model(), inputs, calibration, train)), data, inputs)
-        rows.append((name, report, time.perf_counter() - start, ""))
+        converted = xnnpack(digits.model(), inputs, calibration, train)
+        report = evaluate(model, _Fake(converted), data, inputs)
+        rows.append((name, report, time.perf_counter() - start, _xnnpack_placement(converted)))
     _print_table(f"cnn: digits held-out split, {rows[0][1].samples} images, target {target}, "
                  f"QAT {qat_epochs} epoch(s)", rows[0][1].float_score, rows)
 
@@ -166,8 +178,8 @@ SEQUENCE_MODELS: dict[str, tuple[Callable[[], nn.Module], int, float]] = {
 def train_sequence_model(name: str) -> nn.Module:
     builder, epochs, lr = SEQUENCE_MODELS[name]
     threads = torch.get_num_threads()
-    # An 8-step recurrence on 32-wide batches is per-op overhead: a second thread only adds contention
-    # (20x slower on a busy 2-core machine).
+    # One thread, as in main(): the weights (a thread count changes reduction order) are the same whoever
+    # calls this, a test included.
     torch.set_num_threads(1)
     try:
         with torch.random.fork_rng(devices=[]):  # seed without touching the caller's random state
@@ -203,8 +215,9 @@ def sequence_task(target: str) -> None:
             print(f"{name} imxrt PTQ failed after {time.perf_counter() - start:.1f} s: "
                   f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
         start = time.perf_counter()
-        report = evaluate(model, _Fake(xnnpack(copy.deepcopy(model), inputs, calibration)), data, inputs)
-        rows.append((f"{name} XNNPACK PTQ", report, time.perf_counter() - start, ""))
+        converted = xnnpack(copy.deepcopy(model), inputs, calibration)
+        report = evaluate(model, _Fake(converted), data, inputs)
+        rows.append((f"{name} XNNPACK PTQ", report, time.perf_counter() - start, _xnnpack_placement(converted)))
         _print_table(f"sequence: {name} on digits rows ({ROWS} steps x {PIXELS} pixels), {report.samples} "
                      f"held-out images, target {target}", report.float_score, rows)
 
@@ -215,6 +228,10 @@ def main() -> None:
     parser.add_argument("--target", default="imxrt700")
     parser.add_argument("--qat-epochs", type=int, default=1)
     args = parser.parse_args()
+    # Batch-1 inference and 32-sample training batches are per-op overhead: a second intra-op thread only
+    # waits for a busy core (on a loaded 2-core machine the sequence task took 8x longer, one row 60x). One
+    # thread also makes the trained weights, hence every figure, the same on any core count.
+    torch.set_num_threads(1)
     if args.task in ("cnn", "all"):
         cnn_task(args.target, args.qat_epochs)
     if args.task in ("sequence", "all"):

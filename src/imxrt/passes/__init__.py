@@ -22,10 +22,12 @@ from imxrt.passes.functionalize_in_place import FunctionalizeInPlacePass
 from imxrt.passes.remove_identity_copies import RemoveIdentityCopiesPass
 from imxrt.passes.remove_noops import RemoveNoOpsPass
 from imxrt.passes.sink_squeeze import SinkSqueezePass
+from imxrt.passes.unroll_recurrent_layers import UnrollRecurrentLayersPass
 from imxrt.passes.unshare_parameters import UnshareParametersPass
 
 # Order matters: in-place ops become functional first, so every later pass sees values, not writes; no-ops
-# go next so a dropout between conv and batch norm does not block folding; an unbatched input gets its batch
+# go next so a dropout between conv and batch norm does not block folding; GRU / LSTM layers unroll next, into
+# the linear layers, slices and elementwise ops later passes and the quantizer know; an unbatched input gets its batch
 # dimension before the passes that read a conv's input rank;
 # batch norms fold before conv1d becomes conv2d, whose trailing squeeze would separate them, and before a
 # hardsigmoid folds into the conv (a BN between them would block it) and only the hardsigmoids left decompose;
@@ -33,7 +35,9 @@ from imxrt.passes.unshare_parameters import UnshareParametersPass
 # sink right after them, so a 1-D net's activations and pools meet on rank-4 values; addmm goes before
 # matmul, as its non-linear form is an mm of two activations; parameters are
 # unshared last, after the passes that read or replace them, so each use is quantized at its own scale.
-ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, AddBatchDimensionPass, FoldBatchNormPass,
+ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass,
+               UnrollRecurrentLayersPass,
+               AddBatchDimensionPass, FoldBatchNormPass,
                FoldHardsigmoidPass, DecomposeHardsigmoidPass, DecomposeSiluPass, ConvertConv1dToConv2dPass,
                Convert1dOpsTo2dPass, SinkSqueezePass, ConvertAddmmToLinearPass, ConvertMatmulToBmmPass,
                ConvertClampTensorPass, ConvertDivToMulPass, ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass,
@@ -49,7 +53,7 @@ EDGE_PASSES = (RemoveIdentityCopiesPass,)
 # Passes that rewrite parameters into new constants: QAT skips them, its parameters must stay trainable
 # (pt2e's conv+BN fusion trains the batch norms and convert folds them; a hardsigmoid then decomposes for
 # the NPU, or stays one table on a CPU-only target).
-PARAMETER_FOLDING_PASSES = (FoldBatchNormPass, FoldHardsigmoidPass)
+PARAMETER_FOLDING_PASSES = (FoldBatchNormPass, FoldHardsigmoidPass, UnrollRecurrentLayersPass)
 
 
 def run_aten_passes(gm: GraphModule, qat: bool = False, npu: bool = True) -> GraphModule:

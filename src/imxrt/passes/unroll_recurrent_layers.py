@@ -1,0 +1,325 @@
+"""UnrollRecurrentLayersPass: GRU / LSTM layers and cells become their steps, written in int8-able ops.
+
+torch.export keeps ``nn.GRU`` / ``nn.LSTM`` as one ``aten.gru.input`` / ``aten.lstm.input`` node (and
+``nn.GRUCell`` / ``nn.LSTMCell`` as one cell node per step); they decompose only inside ``to_edge``, after
+quantization, so every gate ran in float on the CPU. Unrolled here, before quantization, each step is
+linear layers, sigmoid, tanh, add, sub, mul and slices: FULLY_CONNECTED, LOGISTIC, TANH, ADD, SUB, MUL and
+SLICE on the NPU, CMSIS-NN kernels on the CPU.
+
+One GRU layer over T steps (gates r, z, n; batch-first, B rows)::
+
+    %xp = linear(%x, W_ih, [b_ir + b_hr, b_iz + b_hz, b_in])     # [B, T, 3H]: every step's input part at once
+    %xf = view(%xp, [B, T * 3H])
+    per step t:
+      %xrz = slice(%xf, 1, 3Ht, 3Ht + 2H);  %xn = slice(%xf, 1, 3Ht + 2H, 3H(t + 1))
+      %rz = sigmoid(add(%xrz, linear(%h, W_hrz)))
+      %r = slice(%rz, 1, 0, H);  %z = slice(%rz, 1, H, 2H)
+      %n = tanh(add(%xn, mul(%r, linear(%h, W_hn, b_hn))))
+      %h = add(%n, mul(%z, sub(%h, %n)))                          # (1 - z) n + z h, without a (1 - z)
+
+One LSTM layer (gates i, f, g, o): ``%a = add(slice(%xf, ...), linear(%h, W_hh))`` (both biases in the
+input projection); ``%s = sigmoid(%a)``, ``%g = tanh(%a)`` over all 4H (two ops instead of a slice before
+each); i, f, o sliced from %s and g from %g; ``%c = add(mul(%f, %c), mul(%i, %g))``; ``%h = mul(%o, tanh(%c))``.
+
+A zero initial state (``torch.zeros``, the default) drops the terms it zeroes from the first step: its
+hidden projection is the bias alone, so no linear layer reads a constant. A layer's outputs are read where
+they are used: ``y[:, -1]`` is the last step's ``%h`` (no stacking), the whole sequence is one ``cat`` of
+the steps (a second layer's input, projected by one linear layer again). Every float rewrite here is exact
+up to the order of float additions (the folded biases).
+
+Each hidden (and cell) state node is tagged ``RECURRENT_STATE`` with its layer's name: the quantizer gives
+all steps of a state one observer, so every step reads and writes the same int8 scale.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+from torch.fx import GraphModule, Node
+from torch.fx.passes.infra.pass_base import PassBase, PassResult
+
+from imxrt.errors import BadModel
+from imxrt.passes._graph import add_constant, call, constant_value, finish
+
+aten = torch.ops.aten
+
+# Node meta key: the recurrent state a node holds one step of (``<layer>.h`` or ``<layer>.c``).
+RECURRENT_STATE = "imxrt_recurrent_state"
+
+_SEQUENCES = {aten.gru.input: "gru", aten.lstm.input: "lstm"}
+_CELLS = {aten.gru_cell.default: "gru", aten.lstm_cell.default: "lstm"}
+_GATES = {"gru": 3, "lstm": 4}
+_ZERO_FILLS = frozenset({aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default})
+
+
+def is_zero(gm: GraphModule, node: object) -> bool:
+    """``node`` is a tensor of zeros known before run time: ``zeros``, ``full(0)`` or an all-zero constant."""
+    if not isinstance(node, Node):
+        return False
+    if node.op == "call_function" and node.target in _ZERO_FILLS:
+        return True
+    if node.op == "call_function" and node.target in (aten.full.default, aten.full_like.default, aten.new_full.default):
+        return node.args[-1] == 0 if node.target != aten.full.default else node.args[1] == 0
+    value = constant_value(gm, node)
+    return value is not None and not bool(value.any())
+
+
+class _Steps:
+    """Writes one recurrent layer's steps into ``gm`` before ``like`` (with ``like``'s provenance)."""
+
+    def __init__(self, gm: GraphModule, like: Node, kind: str, name: str):
+        self.gm, self.like, self.kind, self.name = gm, like, kind, name
+
+    def op(self, target, *args) -> Node:
+        return call(self.gm, target, args, like=self.like)
+
+    def constant(self, stem: str, value: torch.Tensor) -> Node:
+        return add_constant(self.gm, self.like, f"{self.name}_{stem}", value)
+
+    def linear(self, x: Node, weight: Node, bias: Node | None) -> Node:
+        return self.op(aten.linear.default, x, weight, bias) if bias is not None else \
+            self.op(aten.linear.default, x, weight)
+
+    def slice(self, x: Node, start: int, end: int) -> Node:
+        return self.op(aten.slice.Tensor, x, 1, start, end)
+
+    def state(self, node: Node, which: str) -> Node:
+        node.meta[RECURRENT_STATE] = f"{self.name}.{which}"
+        return node
+
+    def gru_step(self, x_rz: Node, x_n: Node, h: Node | None, w_hrz: Node, w_hn: Node, b_hn: Node,
+                 hidden: int) -> Node:
+        """One GRU step from its input parts (biases b_hr, b_hz already in ``x_rz``); ``h`` None: zero state."""
+        pre_rz = x_rz if h is None else self.op(aten.add.Tensor, x_rz, self.linear(h, w_hrz, None))
+        rz = self.op(aten.sigmoid.default, pre_rz)
+        r, z = self.slice(rz, 0, hidden), self.slice(rz, hidden, 2 * hidden)
+        h_n = b_hn if h is None else self.linear(h, w_hn, b_hn)  # W_hn h + b_hn
+        n = self.op(aten.tanh.default, self.op(aten.add.Tensor, x_n, self.op(aten.mul.Tensor, r, h_n)))
+        if h is None:  # n + z (0 - n)
+            return self.state(self.op(aten.sub.Tensor, n, self.op(aten.mul.Tensor, z, n)), "h")
+        update = self.op(aten.mul.Tensor, z, self.op(aten.sub.Tensor, h, n))
+        return self.state(self.op(aten.add.Tensor, n, update), "h")
+
+    def lstm_step(self, x_gates: Node, h: Node | None, c: Node | None, w_hh: Node, hidden: int
+                  ) -> tuple[Node, Node]:
+        """One LSTM step from its input part (both biases in ``x_gates``); ``h``/``c`` None: zero state."""
+        pre = x_gates if h is None else self.op(aten.add.Tensor, x_gates, self.linear(h, w_hh, None))
+        sig, tanh = self.op(aten.sigmoid.default, pre), self.op(aten.tanh.default, pre)
+        i, g = self.slice(sig, 0, hidden), self.slice(tanh, 2 * hidden, 3 * hidden)
+        o = self.slice(sig, 3 * hidden, 4 * hidden)
+        new_input = self.op(aten.mul.Tensor, i, g)
+        if c is None:
+            c_next = self.state(new_input, "c")
+        else:
+            kept = self.op(aten.mul.Tensor, self.slice(sig, hidden, 2 * hidden), c)
+            c_next = self.state(self.op(aten.add.Tensor, kept, new_input), "c")
+        h_next = self.state(self.op(aten.mul.Tensor, o, self.op(aten.tanh.default, c_next)), "h")
+        return h_next, c_next
+
+
+class _LayerWeights:
+    """One layer's parameters, rearranged for the unrolled steps: biases folded where exact."""
+
+    def __init__(self, kind: str, w_ih: torch.Tensor, w_hh: torch.Tensor, b_ih: torch.Tensor | None,
+                 b_hh: torch.Tensor | None):
+        hidden = w_hh.shape[1]
+        b_ih = torch.zeros(w_ih.shape[0]) if b_ih is None else b_ih.detach()
+        b_hh = torch.zeros(w_hh.shape[0]) if b_hh is None else b_hh.detach()
+        self.hidden = hidden
+        self.w_ih = w_ih.detach()
+        if kind == "gru":  # b_hr, b_hz add to the input part; b_hn is multiplied by r, so it stays
+            self.b_ih = torch.cat([b_ih[:2 * hidden] + b_hh[:2 * hidden], b_ih[2 * hidden:]])
+            self.w_hh_parts = (w_hh[:2 * hidden].detach(), w_hh[2 * hidden:].detach())
+            self.b_hn = b_hh[2 * hidden:]
+        else:
+            self.b_ih = b_ih + b_hh
+            self.w_hh_parts = (w_hh.detach(),)
+
+
+def _parameters(gm: GraphModule, node: Node, nodes: list) -> list[torch.Tensor]:
+    values = [constant_value(gm, p) for p in nodes]
+    if any(v is None for v in values):
+        raise BadModel("recurrent layer weights must be module parameters (constants at inference)", node=node.name)
+    return values
+
+
+def _layer_name(node: Node) -> str:
+    """The module path of the layer (``rnn``, ``encoder.gru``), else the node's name."""
+    stack = node.meta.get("nn_module_stack")
+    if stack:
+        path = list(stack.values())[-1][0]
+        if path:
+            return path.replace(".", "_")
+    return node.name
+
+
+def _initial_state(steps: _Steps, state: Node, layer: int, layers: int, batch: int, hidden: int) -> Node | None:
+    """A layer's initial state [B, H] from ``[layers, B, H]``; None when it is zero."""
+    if is_zero(steps.gm, state):
+        return None
+    if layers == 1:
+        return steps.op(aten.view.default, state, [batch, hidden])
+    return steps.op(aten.select.int, state, 0, layer)
+
+
+def _unroll_sequence(gm: GraphModule, node: Node) -> None:
+    kind = _SEQUENCES[node.target]
+    x, hx, params, has_biases, layers, _dropout, _train, bidirectional, batch_first = node.args
+    name = _layer_name(node)
+    if bidirectional:
+        raise BadModel(f"bidirectional {kind.upper()} '{name}' is not supported: use a unidirectional layer, or "
+                       "two layers with one input reversed with torch.flip", node=node.name)
+    per_layer = 4 if has_biases else 2
+    if len(params) != per_layer * layers:
+        raise BadModel(f"{kind.upper()} '{name}' has {len(params)} parameter tensors for {layers} layers; an LSTM "
+                       "with proj_size is not supported", node=node.name)
+    x_value = x.meta["val"]
+    if x_value.dim() != 3:
+        raise BadModel(f"{kind.upper()} '{name}': unbatched input {tuple(x_value.shape)}; give it a batch dimension",
+                       node=node.name)
+    values = _parameters(gm, node, params)
+    h_all, c_all = (hx, None) if kind == "gru" else hx
+    batch, time = (x_value.shape[0], x_value.shape[1]) if batch_first else (x_value.shape[1], x_value.shape[0])
+
+    with gm.graph.inserting_before(node):
+        steps = _Steps(gm, node, kind, name)
+        if batch_first:
+            layer_input = x
+        elif batch == 1:  # [T, 1, I] and [1, T, I] are the same bytes
+            layer_input = steps.op(aten.view.default, x, [1, time, x_value.shape[2]])
+        else:
+            layer_input = steps.op(aten.transpose.int, x, 0, 1)
+        last_h, last_c, hs = [], [], []
+        for layer in range(layers):
+            w_ih, w_hh, *biases = values[layer * per_layer:(layer + 1) * per_layer]
+            weights = _LayerWeights(kind, w_ih, w_hh, *(biases or (None, None)))
+            steps = _Steps(gm, node, kind, f"{name}_l{layer}")
+            hidden = weights.hidden
+            h = _initial_state(steps, h_all, layer, layers, batch, hidden)
+            c = _initial_state(steps, c_all, layer, layers, batch, hidden) if kind == "lstm" else None
+            if h is not None:
+                steps.state(h, "h")
+            if c is not None:
+                steps.state(c, "c")
+            width = _GATES[kind] * hidden
+            projected = steps.linear(layer_input, steps.constant("w_ih", weights.w_ih),
+                                     steps.constant("b_ih", weights.b_ih))
+            flat = steps.op(aten.view.default, projected, [batch, time * width])
+            w_hh_nodes = [steps.constant("w_hh", w) for w in weights.w_hh_parts]
+            b_hn = steps.constant("b_hn", weights.b_hn) if kind == "gru" else None
+            hs = []
+            for t in range(time):
+                start = t * width
+                if kind == "gru":
+                    x_rz = steps.slice(flat, start, start + 2 * hidden)
+                    x_n = steps.slice(flat, start + 2 * hidden, start + width)
+                    h = steps.gru_step(x_rz, x_n, h, *w_hh_nodes, b_hn, hidden)
+                else:
+                    h, c = steps.lstm_step(steps.slice(flat, start, start + width), h, c, w_hh_nodes[0], hidden)
+                hs.append(h)
+            last_h.append(h)
+            last_c.append(c)
+            if layer + 1 < layers:
+                layer_input = _sequence(steps, hs, batch, time, hidden, batch_first=True)
+        _replace_outputs(gm, node, steps, hs, last_h, last_c, batch, time, batch_first)
+
+
+def _sequence(steps: _Steps, hs: list[Node], batch: int, time: int, hidden: int, batch_first: bool) -> Node:
+    """The steps' outputs [B, H] as one sequence tensor, [B, T, H] or [T, B, H]."""
+    if batch_first:
+        return steps.op(aten.view.default, steps.op(aten.cat.default, hs, 1), [batch, time, hidden])
+    return steps.op(aten.view.default, steps.op(aten.cat.default, hs, 0), [time, batch, hidden])
+
+
+def _stacked(steps: _Steps, states: list[Node], batch: int, hidden: int) -> Node:
+    """Each layer's last state as ``[layers, B, H]`` (the ``h_n`` / ``c_n`` output)."""
+    whole = states[0] if len(states) == 1 else steps.op(aten.cat.default, states, 0)
+    return steps.op(aten.view.default, whole, [len(states), batch, hidden])
+
+
+def _replace_outputs(gm: GraphModule, node: Node, steps: _Steps, hs: list[Node], last_h: list[Node],
+                     last_c: list[Node], batch: int, time: int, batch_first: bool) -> None:
+    """Point the layer's readers at the steps: ``y[:, t]`` / ``y[t]`` is step t's ``h``; ``y`` the sequence;
+    ``h_n`` (and ``c_n``) the last states."""
+    hidden = hs[0].meta["val"].shape[-1]
+    time_dim = 1 if batch_first else 0
+    for getter in list(node.users):
+        assert getter.target is operator.getitem
+        index = getter.args[1]
+        with gm.graph.inserting_before(node):
+            if index == 0:
+                for reader in list(getter.users):
+                    if reader.target == aten.select.int and reader.args[0] is getter and \
+                            reader.args[1] % 3 == time_dim and isinstance(reader.args[2], int):
+                        reader.replace_all_uses_with(hs[reader.args[2]])
+                        gm.graph.erase_node(reader)
+                if getter.users:
+                    getter.replace_all_uses_with(_sequence(steps, hs, batch, time, hidden, batch_first))
+            elif getter.users:
+                getter.replace_all_uses_with(_stacked(steps, last_h if index == 1 else last_c, batch, hidden))
+        gm.graph.erase_node(getter)
+    gm.graph.erase_node(node)
+
+
+def _unroll_cell(gm: GraphModule, node: Node) -> None:
+    kind = _CELLS[node.target]
+    x, state, *params = node.args
+    params = [p for p in params if p is not None]
+    if x.meta["val"].dim() != 2:
+        raise BadModel(f"{kind.upper()} cell: unbatched input {tuple(x.meta['val'].shape)}; give it a batch "
+                       "dimension", node=node.name)
+    weights = _LayerWeights(kind, *_parameters(gm, node, params), *([None] * (4 - len(params))))
+    hidden = weights.hidden
+    with gm.graph.inserting_before(node):
+        # the steps of one cell share W_hh, hence a name: one state scale and one set of constants
+        steps = _Steps(gm, node, kind, _layer_name(node) if node.meta.get("nn_module_stack") else params[1].name)
+        w_hh_nodes = [_cell_constant(steps, f"w_hh{i}", w) for i, w in enumerate(weights.w_hh_parts)]
+        if kind == "gru":  # two input projections, as the steps read r, z and n apart
+            x_rz = steps.linear(x, _cell_constant(steps, "w_irz", weights.w_ih[:2 * hidden]),
+                                _cell_constant(steps, "b_irz", weights.b_ih[:2 * hidden]))
+            x_n = steps.linear(x, _cell_constant(steps, "w_in", weights.w_ih[2 * hidden:]),
+                               _cell_constant(steps, "b_in", weights.b_ih[2 * hidden:]))
+            h = None if is_zero(gm, state) else steps.state(state, "h")
+            b_hn = _cell_constant(steps, "b_hn", weights.b_hn)
+            node.replace_all_uses_with(steps.gru_step(x_rz, x_n, h, *w_hh_nodes, b_hn, hidden))
+        else:
+            h_in, c_in = state
+            h, c = (None, None) if is_zero(gm, h_in) and is_zero(gm, c_in) else \
+                (steps.state(h_in, "h"), steps.state(c_in, "c"))
+            x_gates = steps.linear(x, _cell_constant(steps, "w_ih", weights.w_ih),
+                                   _cell_constant(steps, "b_ih", weights.b_ih))
+            h, c = steps.lstm_step(x_gates, h, c, w_hh_nodes[0], hidden)
+            for getter in list(node.users):
+                getter.replace_all_uses_with(h if getter.args[1] == 0 else c)
+                gm.graph.erase_node(getter)
+    gm.graph.erase_node(node)
+
+
+def _cell_constant(steps: _Steps, stem: str, value: torch.Tensor) -> Node:
+    """A rearranged cell parameter, registered once for all steps of the cell; a node for this step."""
+    attr = f"{steps.name}_{stem}"
+    if not hasattr(steps.gm, attr):
+        steps.gm.register_parameter(attr, torch.nn.Parameter(value.clone(), requires_grad=False))
+    with steps.gm.graph.inserting_before(steps.like):
+        node = steps.gm.graph.get_attr(attr)
+    node.meta["val"] = value.clone()
+    return node
+
+
+class UnrollRecurrentLayersPass(PassBase):
+    """Requires: an aten graph whose recurrent weights are constants. Ensures: no ``gru`` / ``lstm`` layer or
+    cell node remains; each step's states carry ``RECURRENT_STATE``."""
+
+    def call(self, gm: GraphModule) -> PassResult:
+        modified = False
+        for node in list(gm.graph.nodes):
+            if node.op != "call_function":
+                continue
+            if node.target in _SEQUENCES:
+                _unroll_sequence(gm, node)
+                modified = True
+            elif node.target in _CELLS:
+                _unroll_cell(gm, node)
+                modified = True
+        return PassResult(finish(gm) if modified else gm, modified)

@@ -331,6 +331,7 @@ SUPPORTED: dict[object, NeutronOp] = {
     edge.unsqueeze_copy.default: NeutronOp("RESHAPE", _MOVE, data_movement=True),
     edge.clone.default: NeutronOp("(none)", _MOVE, data_movement=True),
     edge.slice_copy.Tensor: NeutronOp("SLICE", (*_MOVE, slice_unit_step), data_movement=True),
+    edge.select_copy.int: NeutronOp("SLICE + RESHAPE", _MOVE, data_movement=True),
     edge.upsample_nearest2d.vec: NeutronOp("RESIZE_NEAREST_NEIGHBOR", (*_MOVE, resize_scale)),
     edge.upsample_bilinear2d.vec: NeutronOp("RESIZE_BILINEAR", (resize_scale,)),
 }

@@ -72,6 +72,7 @@ _TABLE: list[tuple[object, Converter]] = [
     (exir_ops.edge.dim_order_ops._to_dim_order_copy.default, shape.convert_view),
     (aten.permute_copy.default, shape.convert_permute),
     (aten.slice_copy.Tensor, shape.convert_slice),
+    (aten.select_copy.int, shape.convert_select),
     (aten.cat.default, shape.convert_cat),
     (aten.upsample_nearest2d.vec, resize.convert_upsample_nearest),
     (aten.upsample_bilinear2d.vec, resize.convert_upsample_bilinear),

@@ -78,6 +78,28 @@ def convert_slice(ctx: LoweringContext, node: Node) -> None:
     ctx.emit_result("SLICE", inputs, out, quantization=x.quantization)
 
 
+def convert_select(ctx: LoweringContext, node: Node) -> None:
+    """select_copy(x, dim, index) -> SLICE of size 1 on the stored axis, then the RESHAPE (no kernel) that
+    drops it. SLICEs of one tensor later join into one SPLIT_V: a cell loop's ``x[:, t]`` is one kernel."""
+    shape = edge_shape(node.args[0])
+    rank = len(shape)
+    dim = int(node.args[1]) % rank
+    index = int(node.args[2]) % shape[dim]
+    x = ctx.tensor(node.args[0], node)
+    out = ctx.output(node)
+    axis = layout.stored_axis(dim, rank)
+    begin = [0] * rank
+    begin[axis] = index
+    size = list(x.shape)
+    size[axis] = 1
+    kept = list(shape)
+    kept[dim] = 1
+    piece = ctx.activation_tensor(f"{x.name}_selected", size, x.quantization)
+    inputs = [x, ctx.int32_constant("begin", begin), ctx.int32_constant("size", size)]
+    ctx.emit("SLICE", inputs, [piece], sources=out.sources)
+    ctx.bind(out, ctx.apply_steps(piece, layout.view_steps(tuple(kept), out.edge_shape), out.sources))
+
+
 def convert_cat(ctx: LoweringContext, node: Node) -> None:
     """cat(tensors, dim) -> CONCATENATION; inputs with other qparams than the output are requantized
     first (the int8 kernel copies bytes)."""

@@ -52,7 +52,7 @@ EDGE_PASSES = (RemoveIdentityCopiesPass,)
 
 # Passes that rewrite parameters into new constants: QAT skips them, its parameters must stay trainable
 # (pt2e's conv+BN fusion trains the batch norms and convert folds them; a hardsigmoid then decomposes for
-# the NPU, or stays one table on a CPU-only target).
+# the NPU, or stays one table on a CPU-only target; a GRU / LSTM stays whole, and float).
 PARAMETER_FOLDING_PASSES = (FoldBatchNormPass, FoldHardsigmoidPass, UnrollRecurrentLayersPass)
 
 

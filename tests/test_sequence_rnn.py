@@ -175,6 +175,20 @@ def test_recurrent_kws_runs_on_the_npu_in_one_partition(name):
         check_case(result, inputs)
 
 
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_every_output_from_a_given_state_runs_on_the_npu(cell):
+    """Two time-major layers from a state given as a model input: the whole sequence (one CONCATENATION of
+    the steps), h_n and c_n leave the one partition; TFLM's numbers."""
+    generator = torch.Generator().manual_seed(0)
+    cal = [(torch.randn(STEPS, 1, FEATURES, generator=generator), torch.randn(2, 1, 8, generator=generator))
+           for _ in range(8)]
+    result = compile(WholeSequence(cell).eval(), cal[0], "imxrt700", cal, CompileOptions(show_progress=False))
+    summary = result.report["summary"]
+    cpu = [op["op"] for op in result.report["ops"] if op["placement"] != "npu"]
+    assert summary["partitions"] == 1 and summary["ops_cpu_float"] == 0 and all("quantize" in op for op in cpu), cpu
+    check_case(result, cal[1])
+
+
 @pytest.mark.parametrize("name", ["gru", "lstm_2_layers", "gru_cell", "lstm_cell"])
 def test_recurrent_kws_is_int8_on_the_cpu(name):
     result, cal = _compile(MODELS[name](), "imxrt700-cpu")

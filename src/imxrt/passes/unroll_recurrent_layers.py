@@ -88,6 +88,15 @@ class _Steps:
         node.meta[RECURRENT_STATE] = f"{self.name}.{which}"
         return node
 
+    def initial_state(self, node: Node, which: str) -> Node:
+        """A given initial state joins its state's scale when it is a model input (or a view of one), the
+        state a streaming caller feeds back; a computed one keeps its producer's qparams (a tanh's fixed
+        [-1, 1) range would clip every later cell state)."""
+        source = node.args[0] if node.target in (aten.view.default, aten.select.int) else node
+        if node.meta.get(RECURRENT_STATE) is None and source.op == "placeholder":
+            self.state(node, which)
+        return node
+
     def gru_step(self, x_rz: Node, x_n: Node, h: Node | None, w_hrz: Node, w_hn: Node, b_hn: Node,
                  hidden: int) -> Node:
         """One GRU step from its input parts (biases b_hr, b_hz already in ``x_rz``); ``h`` None: zero state."""
@@ -154,7 +163,7 @@ def _layer_name(node: Node) -> str:
     return node.name
 
 
-def _initial_state(steps: _Steps, state: Node, layer: int, layers: int, batch: int, hidden: int) -> Node | None:
+def _layer_initial_state(steps: _Steps, state: Node, layer: int, layers: int, batch: int, hidden: int) -> Node | None:
     """A layer's initial state [B, H] from ``[layers, B, H]``; None when it is zero."""
     if is_zero(steps.gm, state):
         return None
@@ -196,12 +205,12 @@ def _unroll_sequence(gm: GraphModule, node: Node) -> None:
             weights = _LayerWeights(kind, w_ih, w_hh, *(biases or (None, None)))
             steps = _Steps(gm, node, kind, f"{name}_l{layer}")
             hidden = weights.hidden
-            h = _initial_state(steps, h_all, layer, layers, batch, hidden)
-            c = _initial_state(steps, c_all, layer, layers, batch, hidden) if kind == "lstm" else None
+            h = _layer_initial_state(steps, h_all, layer, layers, batch, hidden)
+            c = _layer_initial_state(steps, c_all, layer, layers, batch, hidden) if kind == "lstm" else None
             if h is not None:
-                steps.state(h, "h")
+                steps.initial_state(h, "h")
             if c is not None:
-                steps.state(c, "c")
+                steps.initial_state(c, "c")
             width = _GATES[kind] * hidden
             projected = steps.linear(layer_input, steps.constant("w_ih", weights.w_ih),
                                      steps.constant("b_ih", weights.b_ih))
@@ -280,13 +289,13 @@ def _unroll_cell(gm: GraphModule, node: Node) -> None:
                                 _cell_constant(steps, "b_irz", weights.b_ih[:2 * hidden]))
             x_n = steps.linear(x, _cell_constant(steps, "w_in", weights.w_ih[2 * hidden:]),
                                _cell_constant(steps, "b_in", weights.b_ih[2 * hidden:]))
-            h = None if is_zero(gm, state) else steps.state(state, "h")
+            h = None if is_zero(gm, state) else steps.initial_state(state, "h")
             b_hn = _cell_constant(steps, "b_hn", weights.b_hn)
             node.replace_all_uses_with(steps.gru_step(x_rz, x_n, h, *w_hh_nodes, b_hn, hidden))
         else:
             h_in, c_in = state
             h, c = (None, None) if is_zero(gm, h_in) and is_zero(gm, c_in) else \
-                (steps.state(h_in, "h"), steps.state(c_in, "c"))
+                (steps.initial_state(h_in, "h"), steps.initial_state(c_in, "c"))
             x_gates = steps.linear(x, _cell_constant(steps, "w_ih", weights.w_ih),
                                    _cell_constant(steps, "b_ih", weights.b_ih))
             h, c = steps.lstm_step(x_gates, h, c, w_hh_nodes[0], hidden)

@@ -51,6 +51,7 @@ _SEQUENCES = {aten.gru.input: "gru", aten.lstm.input: "lstm"}
 _CELLS = {aten.gru_cell.default: "gru", aten.lstm_cell.default: "lstm"}
 _GATES = {"gru": 3, "lstm": 4}
 _ZERO_FILLS = frozenset({aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default})
+_FILLS = {aten.full.default: 1, aten.full_like.default: 1, aten.new_full.default: 2}  # op -> fill value position
 
 
 def is_zero(gm: GraphModule, node: object) -> bool:
@@ -59,8 +60,8 @@ def is_zero(gm: GraphModule, node: object) -> bool:
         return False
     if node.op == "call_function" and node.target in _ZERO_FILLS:
         return True
-    if node.op == "call_function" and node.target in (aten.full.default, aten.full_like.default, aten.new_full.default):
-        return node.args[-1] == 0 if node.target != aten.full.default else node.args[1] == 0
+    if node.op == "call_function" and node.target in _FILLS:
+        return node.args[_FILLS[node.target]] == 0
     value = constant_value(gm, node)
     return value is not None and not bool(value.any())
 
@@ -74,8 +75,12 @@ class _Steps:
     def op(self, target, *args) -> Node:
         return call(self.gm, target, args, like=self.like)
 
+    @property
+    def attribute_stem(self) -> str:
+        return self.name.replace(".", "_")
+
     def constant(self, stem: str, value: torch.Tensor) -> Node:
-        return add_constant(self.gm, self.like, f"{self.name}_{stem}", value)
+        return add_constant(self.gm, self.like, f"{self.attribute_stem}_{stem}", value)
 
     def linear(self, x: Node, weight: Node, bias: Node | None) -> Node:
         return self.op(aten.linear.default, x, weight, bias) if bias is not None else \
@@ -159,7 +164,7 @@ def _layer_name(node: Node) -> str:
     if stack:
         path = list(stack.values())[-1][0]
         if path:
-            return path.replace(".", "_")
+            return path
     return node.name
 
 
@@ -203,7 +208,7 @@ def _unroll_sequence(gm: GraphModule, node: Node) -> None:
         for layer in range(layers):
             w_ih, w_hh, *biases = values[layer * per_layer:(layer + 1) * per_layer]
             weights = _LayerWeights(kind, w_ih, w_hh, *(biases or (None, None)))
-            steps = _Steps(gm, node, kind, f"{name}_l{layer}")
+            steps = _Steps(gm, node, kind, f"{name}.l{layer}")
             hidden = weights.hidden
             h = _layer_initial_state(steps, h_all, layer, layers, batch, hidden)
             c = _layer_initial_state(steps, c_all, layer, layers, batch, hidden) if kind == "lstm" else None
@@ -307,7 +312,7 @@ def _unroll_cell(gm: GraphModule, node: Node) -> None:
 
 def _cell_constant(steps: _Steps, stem: str, value: torch.Tensor) -> Node:
     """A rearranged cell parameter, registered once for all steps of the cell; a node for this step."""
-    attr = f"{steps.name}_{stem}"
+    attr = f"{steps.attribute_stem}_{stem}"
     if not hasattr(steps.gm, attr):
         steps.gm.register_parameter(attr, torch.nn.Parameter(value.clone(), requires_grad=False))
     with steps.gm.graph.inserting_before(steps.like):

@@ -124,17 +124,30 @@ def test_every_output_and_a_given_initial_state_stay_exact(cell):
     torch.testing.assert_close(unrolled(*inputs), model(*inputs), rtol=1e-5, atol=1e-5)
 
 
-def test_a_bidirectional_layer_is_refused_naming_it():
-    class Bidirectional(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.encoder = nn.GRU(FEATURES, 8, batch_first=True, bidirectional=True)
+class Encoder(nn.Module):
+    def __init__(self, rnn: nn.Module):
+        super().__init__()
+        self.encoder = rnn
 
-        def forward(self, x):
-            return self.encoder(x)[0]
+    def forward(self, x):
+        y, _ = self.encoder(x)
+        return y[:, -1], y.mean(1)
 
-    graph_module = torch.export.export(Bidirectional().eval(), (torch.randn(1, 4, FEATURES),), strict=False).module()
-    with pytest.raises(BadModel, match="bidirectional GRU 'encoder'"):
+
+@pytest.mark.parametrize("cell", [nn.GRU, nn.LSTM])
+@pytest.mark.parametrize("layers", [1, 2])
+def test_a_bidirectional_layer_equals_the_float_module(cell, layers):
+    torch.manual_seed(0)
+    model = Encoder(cell(FEATURES, 8, num_layers=layers, batch_first=True, bidirectional=True)).eval()
+    x = torch.randn(1, STEPS, FEATURES)
+    unrolled = UnrollRecurrentLayersPass()(torch.export.export(model, (x,), strict=False).module()).graph_module
+    torch.testing.assert_close(unrolled(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_an_lstm_projection_is_refused_naming_the_layer():
+    model = Encoder(nn.LSTM(FEATURES, 8, batch_first=True, proj_size=4)).eval()
+    graph_module = torch.export.export(model, (torch.randn(1, 4, FEATURES),), strict=False).module()
+    with pytest.raises(BadModel, match="LSTM 'encoder'.*proj_size"):
         UnrollRecurrentLayersPass()(graph_module)
 
 
@@ -183,6 +196,17 @@ def test_every_output_from_a_given_state_runs_on_the_npu(cell):
     cal = [(torch.randn(STEPS, 1, FEATURES, generator=generator), torch.randn(2, 1, 8, generator=generator))
            for _ in range(8)]
     result = compile(WholeSequence(cell).eval(), cal[0], "imxrt700", cal, CompileOptions(show_progress=False))
+    summary = result.report["summary"]
+    cpu = [op["op"] for op in result.report["ops"] if op["placement"] != "npu"]
+    assert summary["partitions"] == 1 and summary["ops_cpu_float"] == 0 and all("quantize" in op for op in cpu), cpu
+    check_case(result, cal[1])
+
+
+def test_a_bidirectional_gru_runs_on_the_npu():
+    """Both directions' steps and the joined outputs read (the last time, the mean over time) in one
+    partition; TFLM's numbers."""
+    model = Encoder(nn.GRU(FEATURES, 8, batch_first=True, bidirectional=True))
+    result, cal = _compile(model, "imxrt700")
     summary = result.report["summary"]
     cpu = [op["op"] for op in result.report["ops"] if op["placement"] != "npu"]
     assert summary["partitions"] == 1 and summary["ops_cpu_float"] == 0 and all("quantize" in op for op in cpu), cpu

@@ -21,6 +21,9 @@ One LSTM layer (gates i, f, g, o): ``%a = add(slice(%xf, ...), linear(%h, W_hh))
 input projection); ``%s = sigmoid(%a)``, ``%g = tanh(%a)`` over all 4H (two ops instead of a slice before
 each); i, f, o sliced from %s and g from %g; ``%c = add(mul(%f, %c), mul(%i, %g))``; ``%h = mul(%o, tanh(%c))``.
 
+A bidirectional layer runs the same steps backwards in time with its reverse weights; its output at time t
+is the two directions' states joined (one ``cat``, made only where read).
+
 A zero initial state (``torch.zeros``, the default) drops the terms it zeroes from the first step: its
 hidden projection is the bias alone, so no linear layer reads a constant. A layer's outputs are read where
 they are used: ``y[:, -1]`` is the last step's ``%h`` (no stacking), the whole sequence is one ``cat`` of
@@ -181,11 +184,9 @@ def _unroll_sequence(gm: GraphModule, node: Node) -> None:
     kind = _SEQUENCES[node.target]
     x, hx, params, has_biases, layers, _dropout, _train, bidirectional, batch_first = node.args
     name = _layer_name(node)
-    if bidirectional:
-        raise BadModel(f"bidirectional {kind.upper()} '{name}' is not supported: use a unidirectional layer, or "
-                       "two layers with one input reversed with torch.flip", node=node.name)
-    per_layer = 4 if has_biases else 2
-    if len(params) != per_layer * layers:
+    directions = 2 if bidirectional else 1
+    per_direction = 4 if has_biases else 2
+    if len(params) != per_direction * directions * layers:
         raise BadModel(f"{kind.upper()} '{name}' has {len(params)} parameter tensors for {layers} layers; an LSTM "
                        "with proj_size is not supported", node=node.name)
     x_value = x.meta["val"]
@@ -204,46 +205,76 @@ def _unroll_sequence(gm: GraphModule, node: Node) -> None:
             layer_input = steps.op(aten.view.default, x, [1, time, x_value.shape[2]])
         else:
             layer_input = steps.op(aten.transpose.int, x, 0, 1)
-        last_h, last_c, hs = [], [], []
+        last_h, last_c = [], []
         for layer in range(layers):
-            w_ih, w_hh, *biases = values[layer * per_layer:(layer + 1) * per_layer]
-            weights = _LayerWeights(kind, w_ih, w_hh, *(biases or (None, None)))
-            steps = _Steps(gm, node, kind, f"{name}.l{layer}")
-            hidden = weights.hidden
-            h = _layer_initial_state(steps, h_all, layer, layers, batch, hidden)
-            c = _layer_initial_state(steps, c_all, layer, layers, batch, hidden) if kind == "lstm" else None
-            if h is not None:
-                steps.initial_state(h, "h")
-            if c is not None:
-                steps.initial_state(c, "c")
-            width = _GATES[kind] * hidden
-            projected = steps.linear(layer_input, steps.constant("w_ih", weights.w_ih),
-                                     steps.constant("b_ih", weights.b_ih))
-            flat = steps.op(aten.view.default, projected, [batch, time * width])
-            w_hh_nodes = [steps.constant("w_hh", w) for w in weights.w_hh_parts]
-            b_hn = steps.constant("b_hn", weights.b_hn) if kind == "gru" else None
-            hs = []
-            for t in range(time):
-                start = t * width
-                if kind == "gru":
-                    x_rz = steps.slice(flat, start, start + 2 * hidden)
-                    x_n = steps.slice(flat, start + 2 * hidden, start + width)
-                    h = steps.gru_step(x_rz, x_n, h, *w_hh_nodes, b_hn, hidden)
-                else:
-                    h, c = steps.lstm_step(steps.slice(flat, start, start + width), h, c, w_hh_nodes[0], hidden)
-                hs.append(h)
-            last_h.append(h)
-            last_c.append(c)
+            per_time = []
+            for direction in range(directions):
+                index = layer * directions + direction  # PyTorch's order of parameters and of h_n rows
+                w_ih, w_hh, *biases = values[index * per_direction:(index + 1) * per_direction]
+                weights = _LayerWeights(kind, w_ih, w_hh, *(biases or (None, None)))
+                steps = _Steps(gm, node, kind, f"{name}.l{layer}" + ("_reverse" if direction else ""))
+                hs, h, c = _unroll_direction(steps, weights, layer_input, h_all, c_all, index, layers * directions,
+                                             batch, time, reverse=direction == 1)
+                per_time.append(hs)
+                last_h.append(h)
+                last_c.append(c)
+            outputs = _StepOutputs(steps, per_time)
             if layer + 1 < layers:
-                layer_input = _sequence(steps, hs, batch, time, hidden, batch_first=True)
-        _replace_outputs(gm, node, steps, hs, last_h, last_c, batch, time, batch_first)
+                layer_input = outputs.sequence(batch, time, batch_first=True)
+        _replace_outputs(gm, node, steps, outputs, last_h, last_c, batch, time, batch_first)
 
 
-def _sequence(steps: _Steps, hs: list[Node], batch: int, time: int, hidden: int, batch_first: bool) -> Node:
-    """The steps' outputs [B, H] as one sequence tensor, [B, T, H] or [T, B, H]."""
-    if batch_first:
-        return steps.op(aten.view.default, steps.op(aten.cat.default, hs, 1), [batch, time, hidden])
-    return steps.op(aten.view.default, steps.op(aten.cat.default, hs, 0), [time, batch, hidden])
+def _unroll_direction(steps: _Steps, weights: _LayerWeights, layer_input: Node, h_all: Node, c_all: Node | None,
+                      index: int, states: int, batch: int, time: int, reverse: bool
+                      ) -> tuple[list[Node], Node, Node | None]:
+    """One layer's steps in one direction: its hidden state at each time (in time order) and its last states."""
+    hidden = weights.hidden
+    h = _layer_initial_state(steps, h_all, index, states, batch, hidden)
+    c = _layer_initial_state(steps, c_all, index, states, batch, hidden) if c_all is not None else None
+    if h is not None:
+        steps.initial_state(h, "h")
+    if c is not None:
+        steps.initial_state(c, "c")
+    width = _GATES[steps.kind] * hidden
+    projected = steps.linear(layer_input, steps.constant("w_ih", weights.w_ih), steps.constant("b_ih", weights.b_ih))
+    flat = steps.op(aten.view.default, projected, [batch, time * width])
+    w_hh_nodes = [steps.constant("w_hh", w) for w in weights.w_hh_parts]
+    b_hn = steps.constant("b_hn", weights.b_hn) if steps.kind == "gru" else None
+    hs: list[Node] = [None] * time
+    for t in reversed(range(time)) if reverse else range(time):
+        start = t * width
+        if steps.kind == "gru":
+            x_rz = steps.slice(flat, start, start + 2 * hidden)
+            x_n = steps.slice(flat, start + 2 * hidden, start + width)
+            h = steps.gru_step(x_rz, x_n, h, *w_hh_nodes, b_hn, hidden)
+        else:
+            h, c = steps.lstm_step(steps.slice(flat, start, start + width), h, c, w_hh_nodes[0], hidden)
+        hs[t] = h
+    return hs, h, c
+
+
+class _StepOutputs:
+    """A layer's output at each time: the one direction's hidden state, or both joined along features (a
+    ``cat`` made only for the times something reads)."""
+
+    def __init__(self, steps: _Steps, per_direction: list[list[Node]]):
+        self.steps, self.per_direction, self.joined = steps, per_direction, {}
+
+    def at(self, t: int) -> Node:
+        t %= len(self.per_direction[0])
+        if len(self.per_direction) == 1:
+            return self.per_direction[0][t]
+        if t not in self.joined:
+            self.joined[t] = self.steps.op(aten.cat.default, [hs[t] for hs in self.per_direction], 1)
+        return self.joined[t]
+
+    def sequence(self, batch: int, time: int, batch_first: bool) -> Node:
+        """Every time's output as one tensor, [B, T, F] or [T, B, F]."""
+        outputs = [self.at(t) for t in range(time)]
+        features = outputs[0].meta["val"].shape[-1]
+        joined = self.steps.op(aten.cat.default, outputs, 1 if batch_first else 0)
+        shape = [batch, time, features] if batch_first else [time, batch, features]
+        return self.steps.op(aten.view.default, joined, shape)
 
 
 def _stacked(steps: _Steps, states: list[Node], batch: int, hidden: int) -> Node:
@@ -252,11 +283,11 @@ def _stacked(steps: _Steps, states: list[Node], batch: int, hidden: int) -> Node
     return steps.op(aten.view.default, whole, [len(states), batch, hidden])
 
 
-def _replace_outputs(gm: GraphModule, node: Node, steps: _Steps, hs: list[Node], last_h: list[Node],
+def _replace_outputs(gm: GraphModule, node: Node, steps: _Steps, outputs: _StepOutputs, last_h: list[Node],
                      last_c: list[Node], batch: int, time: int, batch_first: bool) -> None:
-    """Point the layer's readers at the steps: ``y[:, t]`` / ``y[t]`` is step t's ``h``; ``y`` the sequence;
+    """Point the layer's readers at the steps: ``y[:, t]`` / ``y[t]`` is time t's output; ``y`` the sequence;
     ``h_n`` (and ``c_n``) the last states."""
-    hidden = hs[0].meta["val"].shape[-1]
+    hidden = last_h[0].meta["val"].shape[-1]
     time_dim = 1 if batch_first else 0
     for getter in list(node.users):
         assert getter.target is operator.getitem
@@ -266,10 +297,10 @@ def _replace_outputs(gm: GraphModule, node: Node, steps: _Steps, hs: list[Node],
                 for reader in list(getter.users):
                     if reader.target == aten.select.int and reader.args[0] is getter and \
                             reader.args[1] % 3 == time_dim and isinstance(reader.args[2], int):
-                        reader.replace_all_uses_with(hs[reader.args[2]])
+                        reader.replace_all_uses_with(outputs.at(reader.args[2]))
                         gm.graph.erase_node(reader)
                 if getter.users:
-                    getter.replace_all_uses_with(_sequence(steps, hs, batch, time, hidden, batch_first))
+                    getter.replace_all_uses_with(outputs.sequence(batch, time, batch_first))
             elif getter.users:
                 getter.replace_all_uses_with(_stacked(steps, last_h if index == 1 else last_c, batch, hidden))
         gm.graph.erase_node(getter)

@@ -42,7 +42,6 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.errors import BadModel
 from imxrt.passes._graph import add_constant, call, constant_value, finish
 
 aten = torch.ops.aten
@@ -154,11 +153,10 @@ class _LayerWeights:
             self.w_hh_parts = (w_hh.detach(),)
 
 
-def _parameters(gm: GraphModule, node: Node, nodes: list) -> list[torch.Tensor]:
+def _parameters(gm: GraphModule, nodes: list) -> list[torch.Tensor] | None:
+    """The layer's weights and biases, or None when one is not a module constant."""
     values = [constant_value(gm, p) for p in nodes]
-    if any(v is None for v in values):
-        raise BadModel("recurrent layer weights must be module parameters (constants at inference)", node=node.name)
-    return values
+    return None if any(v is None for v in values) else values
 
 
 def _layer_name(node: Node) -> str:
@@ -180,20 +178,18 @@ def _layer_initial_state(steps: _Steps, state: Node, layer: int, layers: int, ba
     return steps.op(aten.select.int, state, 0, layer)
 
 
-def _unroll_sequence(gm: GraphModule, node: Node) -> None:
+def _unroll_sequence(gm: GraphModule, node: Node) -> bool:
+    """Unroll one GRU / LSTM layer node; False (left whole) for a form the steps do not cover."""
     kind = _SEQUENCES[node.target]
     x, hx, params, has_biases, layers, _dropout, _train, bidirectional, batch_first = node.args
     name = _layer_name(node)
     directions = 2 if bidirectional else 1
     per_direction = 4 if has_biases else 2
-    if len(params) != per_direction * directions * layers:
-        raise BadModel(f"{kind.upper()} '{name}' has {len(params)} parameter tensors for {layers} layers; an LSTM "
-                       "with proj_size is not supported", node=node.name)
     x_value = x.meta["val"]
-    if x_value.dim() != 3:
-        raise BadModel(f"{kind.upper()} '{name}': unbatched input {tuple(x_value.shape)}; give it a batch dimension",
-                       node=node.name)
-    values = _parameters(gm, node, params)
+    values = _parameters(gm, params)
+    # an LSTM projection (proj_size: one more weight per direction) or an unbatched input
+    if len(params) != per_direction * directions * layers or x_value.dim() != 3 or values is None:
+        return False
     h_all, c_all = (hx, None) if kind == "gru" else hx
     batch, time = (x_value.shape[0], x_value.shape[1]) if batch_first else (x_value.shape[1], x_value.shape[0])
 
@@ -222,6 +218,7 @@ def _unroll_sequence(gm: GraphModule, node: Node) -> None:
             if layer + 1 < layers:
                 layer_input = outputs.sequence(batch, time, batch_first=True)
         _replace_outputs(gm, node, steps, outputs, last_h, last_c, batch, time, batch_first)
+    return True
 
 
 def _unroll_direction(steps: _Steps, weights: _LayerWeights, layer_input: Node, h_all: Node, c_all: Node | None,
@@ -307,14 +304,15 @@ def _replace_outputs(gm: GraphModule, node: Node, steps: _Steps, outputs: _StepO
     gm.graph.erase_node(node)
 
 
-def _unroll_cell(gm: GraphModule, node: Node) -> None:
+def _unroll_cell(gm: GraphModule, node: Node) -> bool:
+    """Unroll one GRU / LSTM cell call; False (left whole) for an unbatched one."""
     kind = _CELLS[node.target]
     x, state, *params = node.args
     params = [p for p in params if p is not None]
-    if x.meta["val"].dim() != 2:
-        raise BadModel(f"{kind.upper()} cell: unbatched input {tuple(x.meta['val'].shape)}; give it a batch "
-                       "dimension", node=node.name)
-    weights = _LayerWeights(kind, *_parameters(gm, node, params), *([None] * (4 - len(params))))
+    values = _parameters(gm, params)
+    if x.meta["val"].dim() != 2 or values is None:  # unbatched
+        return False
+    weights = _LayerWeights(kind, *values, *([None] * (4 - len(params))))
     hidden = weights.hidden
     with gm.graph.inserting_before(node):
         # the steps of one cell share W_hh, hence a name: one state scale and one set of constants
@@ -339,6 +337,7 @@ def _unroll_cell(gm: GraphModule, node: Node) -> None:
                 getter.replace_all_uses_with(h if getter.args[1] == 0 else c)
                 gm.graph.erase_node(getter)
     gm.graph.erase_node(node)
+    return True
 
 
 def _cell_constant(steps: _Steps, stem: str, value: torch.Tensor) -> Node:
@@ -353,8 +352,10 @@ def _cell_constant(steps: _Steps, stem: str, value: torch.Tensor) -> Node:
 
 
 class UnrollRecurrentLayersPass(PassBase):
-    """Requires: an aten graph whose recurrent weights are constants. Ensures: no ``gru`` / ``lstm`` layer or
-    cell node remains; each step's states carry ``RECURRENT_STATE``."""
+    """Requires: an aten graph. Ensures: no ``gru`` / ``lstm`` layer or
+    cell node remains but an LSTM with ``proj_size`` or an unbatched one (left whole: it decomposes in
+    ``to_edge`` and runs in float on the CPU, the report naming the layer); each step's states carry
+    ``RECURRENT_STATE``."""
 
     def call(self, gm: GraphModule) -> PassResult:
         modified = False
@@ -362,9 +363,7 @@ class UnrollRecurrentLayersPass(PassBase):
             if node.op != "call_function":
                 continue
             if node.target in _SEQUENCES:
-                _unroll_sequence(gm, node)
-                modified = True
+                modified |= _unroll_sequence(gm, node)
             elif node.target in _CELLS:
-                _unroll_cell(gm, node)
-                modified = True
+                modified |= _unroll_cell(gm, node)
         return PassResult(finish(gm) if modified else gm, modified)

@@ -32,7 +32,7 @@ def _cut(op: Operator) -> tuple[int, int, int] | None:
         return None
     size = [dim - b if s == -1 else s for s, b, dim in zip(size, begin, source.shape, strict=True)]
     cut = [axis for axis, dim in enumerate(source.shape) if (begin[axis], size[axis]) != (0, dim)]
-    if len(cut) != 1 or op.outputs[0].quantization != source.quantization:
+    if len(cut) != 1 or size[cut[0]] <= 0 or op.outputs[0].quantization != source.quantization:
         return None
     axis = cut[0]
     return axis, int(begin[axis]), int(begin[axis] + size[axis])

@@ -111,7 +111,8 @@ FORMS = {
     "unsqueeze": (lambda: Fn(lambda x: x.mean(1).unsqueeze(-1), 4), [X4]),
     "clone_channels_last": (lambda: Fn(lambda x: x.clone(memory_format=torch.channels_last), 4), [X4]),
     "slice": (lambda: Fn(lambda x: x[:, 1:3, :, ::2], 4), [X4]),
-    "select": (lambda: Fn(lambda x: x[:, 2], 4), [X4]),
+    "select_channel": (lambda: Fn(lambda x: x[:, 2], 4), [X4]),
+    "select_negative_dim": (lambda: Fn(lambda x: x[:, :, -1] * x[:, :, 0], 4), [X4]),
     "upsample_nearest": (lambda: Fn(lambda x: F.interpolate(x, scale_factor=2), 4), [X4]),
     "upsample_bilinear": (lambda: Fn(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), 4), [X4]),
 }

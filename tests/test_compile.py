@@ -156,12 +156,14 @@ def test_matmul_by_a_constant_is_a_fully_connected_with_symmetric_weights():
     assert max_step_difference(got, expected) <= 1
 
 
-def test_lstm_runs_in_float_on_the_cpu_and_the_report_names_it():
+def test_a_projected_lstm_runs_in_float_on_the_cpu_and_the_report_names_it():
+    """An LSTM with proj_size is left whole before quantization (tests/test_sequence_rnn.py: other GRU / LSTM
+    layers unroll into int8 steps)."""
     class Recurrent(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.fc = torch.nn.Linear(10, 16)
-            self.lstm = torch.nn.LSTM(16, 8, batch_first=True)
+            self.lstm = torch.nn.LSTM(16, 8, batch_first=True, proj_size=4)
 
         def forward(self, x):
             y, _ = self.lstm(torch.relu(self.fc(x)))

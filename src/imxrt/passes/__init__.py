@@ -28,10 +28,12 @@ from imxrt.passes.remove_noops import RemoveNoOpsPass
 from imxrt.passes.rescale_bmm_operands import RescaleBatchMatmulOperandsPass
 from imxrt.passes.sink_batch_views import SinkBatchViewsPass
 from imxrt.passes.sink_squeeze import SinkSqueezePass
+from imxrt.passes.unroll_recurrent_layers import UnrollRecurrentLayersPass
 from imxrt.passes.unshare_parameters import UnshareParametersPass
 
 # Order matters: in-place ops become functional first, so every later pass sees values, not writes; no-ops
-# go next so a dropout between conv and batch norm does not block folding; an unbatched input gets its batch
+# go next so a dropout between conv and batch norm does not block folding; GRU / LSTM layers unroll next, into
+# the linear layers, slices and elementwise ops later passes and the quantizer know; an unbatched input gets its batch
 # dimension before the passes that read a conv's input rank;
 # batch norms fold before conv1d becomes conv2d, whose trailing squeeze would separate them, and before a
 # hardsigmoid folds into the conv (a BN between them would block it) and only the hardsigmoids left decompose;
@@ -43,7 +45,8 @@ from imxrt.passes.unshare_parameters import UnshareParametersPass
 # become bmm, and the batch views bmm leaves sink right after, so attention scores stay rank 3 (and a softmax
 # a bmm reads is rescaled to zero point 0 before its scalar 1 becomes a constant); parameters are
 # unshared last, after the passes that read or replace them, so each use is quantized at its own scale.
-ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, AddBatchDimensionPass, FoldBatchNormPass,
+ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, UnrollRecurrentLayersPass, AddBatchDimensionPass,
+               FoldBatchNormPass,
                FoldHardsigmoidPass, FoldLayerNormAffinePass, DecomposeLayerNormPass, DecomposeGeluPass,
                DecomposeHardsigmoidPass, DecomposeSiluPass, ConvertConv1dToConv2dPass,
                Convert1dOpsTo2dPass, SinkSqueezePass, ConvertAddmmToLinearPass, DecomposeAttentionPass,
@@ -60,8 +63,10 @@ EDGE_PASSES = (RemoveIdentityCopiesPass,)
 
 # Passes that rewrite parameters into new constants: QAT skips them, its parameters must stay trainable
 # (pt2e's conv+BN fusion trains the batch norms and convert folds them; a hardsigmoid then decomposes for
-# the NPU, or stays one table on a CPU-only target; a layer norm keeps its affine map as a mul and an add).
-PARAMETER_FOLDING_PASSES = (FoldBatchNormPass, FoldHardsigmoidPass, FoldLayerNormAffinePass)
+# the NPU, or stays one table on a CPU-only target; a layer norm keeps its affine map as a mul and an add;
+# a GRU / LSTM stays whole, and float).
+PARAMETER_FOLDING_PASSES = (FoldBatchNormPass, FoldHardsigmoidPass, FoldLayerNormAffinePass,
+                            UnrollRecurrentLayersPass)
 
 
 def run_aten_passes(gm: GraphModule, qat: bool = False, npu: bool = True) -> GraphModule:

@@ -11,6 +11,7 @@ from torchao.quantization.pt2e.quantizer import (
     SharedQuantizationSpec,
 )
 
+from imxrt.passes.unroll_recurrent_layers import RECURRENT_STATE
 from imxrt.quantization import rules, specs
 
 _ANNOTATION = "quantization_annotation"
@@ -96,6 +97,7 @@ class ImxrtQuantizer(Quantizer):
             if rule is None or not _is_float_tensor(node):
                 continue
             self._annotate(node, rule)
+        _share_recurrent_state_observers(model)
         return model
 
     def validate(self, model: GraphModule) -> None:
@@ -193,3 +195,43 @@ class ImxrtQuantizer(Quantizer):
         if len(users) == 1 and rules.is_fusable_activation(users[0]) and _ANNOTATION not in users[0].meta:
             return users[0]
         return None
+
+
+def _share_recurrent_state_observers(model: GraphModule) -> None:
+    """Every step of a recurrent state (``RECURRENT_STATE``: a GRU's or LSTM's h, an LSTM's c) reads and writes
+    one int8 scale: one observer for all of them, as TFLite's int8 LSTM keeps one scale per state.
+
+    The first annotated step leads (a given initial state, else step 1); every later step's output shares its
+    observer. An initial state no rule annotates (a model input) is tied through its readers' input edges.
+    ``_input_spec`` already makes each reader share its producer's observer, so the groups compose with it.
+
+    Unlike TFLite, whose integer LSTM keeps the cell state in int16, the cell state here is int8: the NPU's
+    and CMSIS-NN's elementwise kernels are int8, and an int16 state would put every step's cell update on a
+    kernel neither device has.
+    """
+    groups: dict[str, list[Node]] = {}
+    for node in model.graph.nodes:
+        if RECURRENT_STATE in node.meta:
+            groups.setdefault(node.meta[RECURRENT_STATE], []).append(node)
+    for members in groups.values():
+        annotated = [m for m in members if _output_annotation(m) is not None]
+        if not annotated:
+            continue
+        leader = annotated[0]
+        shared = SharedQuantizationSpec(leader)
+        for member in members:
+            if member is leader:
+                continue
+            annotation = _output_annotation(member)
+            if annotation is not None:
+                annotation.output_qspec = shared
+                continue
+            for reader in member.users:
+                reader_annotation = reader.meta.get(_ANNOTATION)
+                if reader_annotation is not None and member in reader_annotation.input_qspec_map:
+                    reader_annotation.input_qspec_map[member] = shared
+
+
+def _output_annotation(node: Node) -> QuantizationAnnotation | None:
+    annotation = node.meta.get(_ANNOTATION)
+    return annotation if annotation is not None and annotation.output_qspec is not None else None

@@ -17,6 +17,7 @@ from imxrt.npu.litert.converters import CONVERTERS
 from imxrt.npu.litert.errors import UnsupportedForLiteRT
 from imxrt.npu.litert.fold import fold_data_movement, sink_transposes_into_concatenations
 from imxrt.npu.litert.ir import PerTensor
+from imxrt.npu.litert.join_slices import join_slices_into_splits
 from imxrt.npu.litert.writer import write_model
 
 __all__ = ["LiteRTOp", "LiteRTSubgraph", "PartitionIO", "UnsupportedForLiteRT", "lower_partition"]
@@ -69,6 +70,7 @@ def lower_partition(program: ExportedProgram) -> LiteRTSubgraph:
     outputs = tuple(_add_output(ctx, node) for node in _user_output_nodes(program))
     fold_data_movement(ctx)
     sink_transposes_into_concatenations(ctx)
+    join_slices_into_splits(ctx)
     ops = tuple(LiteRTOp(op.builtin, op.debug_handles) for op in ctx.graph.operators)
     return LiteRTSubgraph(write_model(ctx.graph), inputs, outputs, ops)
 

@@ -43,6 +43,7 @@ _OPTIONS_TYPES = {
     schema.LeakyReluOptionsT: schema.BuiltinOptions.LeakyReluOptions,
     schema.MirrorPadOptionsT: schema.BuiltinOptions.MirrorPadOptions,
     schema.StridedSliceOptionsT: schema.BuiltinOptions.StridedSliceOptions,
+    schema.SplitVOptionsT: schema.BuiltinOptions.SplitVOptions,
     schema.ResizeBilinearOptionsT: schema.BuiltinOptions.ResizeBilinearOptions,
     schema.ResizeNearestNeighborOptionsT: schema.BuiltinOptions.ResizeNearestNeighborOptions,
 }

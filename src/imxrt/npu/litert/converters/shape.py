@@ -59,7 +59,8 @@ def convert_permute(ctx: LoweringContext, node: Node) -> None:
 
 def convert_select(ctx: LoweringContext, node: Node) -> None:
     """select_copy(x, dim, index) -> SLICE of one element along the stored axis, then the view that drops
-    the dim (a RESHAPE, or a TRANSPOSE where the stored order changes with the rank)."""
+    the dim (a RESHAPE, or a TRANSPOSE where the stored order changes with the rank). SLICEs of one tensor
+    later join into one SPLIT_V: a cell loop's ``x[:, t]`` is one kernel."""
     shape = edge_shape(node.args[0])
     rank = len(shape)
     dim = int(node.args[1]) % rank

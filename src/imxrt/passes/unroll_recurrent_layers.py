@@ -1,0 +1,369 @@
+"""UnrollRecurrentLayersPass: GRU / LSTM layers and cells become their steps, written in int8-able ops.
+
+torch.export keeps ``nn.GRU`` / ``nn.LSTM`` as one ``aten.gru.input`` / ``aten.lstm.input`` node (and
+``nn.GRUCell`` / ``nn.LSTMCell`` as one cell node per step); they decompose only inside ``to_edge``, after
+quantization, so every gate ran in float on the CPU. Unrolled here, before quantization, each step is
+linear layers, sigmoid, tanh, add, sub, mul and slices: FULLY_CONNECTED, LOGISTIC, TANH, ADD, SUB, MUL and
+SLICE on the NPU, CMSIS-NN kernels on the CPU.
+
+One GRU layer over T steps (gates r, z, n; batch-first, B rows)::
+
+    %xp = linear(%x, W_ih, [b_ir + b_hr, b_iz + b_hz, b_in])     # [B, T, 3H]: every step's input part at once
+    %xf = view(%xp, [B, T * 3H])
+    per step t:
+      %xrz = slice(%xf, 1, 3Ht, 3Ht + 2H);  %xn = slice(%xf, 1, 3Ht + 2H, 3H(t + 1))
+      %rz = sigmoid(add(%xrz, linear(%h, W_hrz)))
+      %r = slice(%rz, 1, 0, H);  %z = slice(%rz, 1, H, 2H)
+      %n = tanh(add(%xn, mul(%r, linear(%h, W_hn, b_hn))))
+      %h = add(%n, mul(%z, sub(%h, %n)))                          # (1 - z) n + z h, without a (1 - z)
+
+One LSTM layer (gates i, f, g, o): ``%a = add(slice(%xf, ...), linear(%h, W_hh))`` (both biases in the
+input projection); ``%s = sigmoid(%a)``, ``%g = tanh(%a)`` over all 4H (two ops instead of a slice before
+each); i, f, o sliced from %s and g from %g; ``%c = add(mul(%f, %c), mul(%i, %g))``; ``%h = mul(%o, tanh(%c))``.
+
+A bidirectional layer runs the same steps backwards in time with its reverse weights; its output at time t
+is the two directions' states joined (one ``cat``, made only where read).
+
+A zero initial state (``torch.zeros``, the default) drops the terms it zeroes from the first step: its
+hidden projection is the bias alone, so no linear layer reads a constant. A layer's outputs are read where
+they are used: ``y[:, -1]`` is the last step's ``%h`` (no stacking), the whole sequence is one ``cat`` of
+the steps (a second layer's input, projected by one linear layer again). Every float rewrite here is exact
+up to the order of float additions (the folded biases).
+
+Each hidden (and cell) state node is tagged ``RECURRENT_STATE`` with its layer's name: the quantizer gives
+all steps of a state one observer, so every step reads and writes the same int8 scale.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+from torch.fx import GraphModule, Node
+from torch.fx.passes.infra.pass_base import PassBase, PassResult
+
+from imxrt.passes._graph import add_constant, call, constant_value, finish
+
+aten = torch.ops.aten
+
+# Node meta key: the recurrent state a node holds one step of (``<layer>.h`` or ``<layer>.c``).
+RECURRENT_STATE = "imxrt_recurrent_state"
+
+_SEQUENCES = {aten.gru.input: "gru", aten.lstm.input: "lstm"}
+_CELLS = {aten.gru_cell.default: "gru", aten.lstm_cell.default: "lstm"}
+_GATES = {"gru": 3, "lstm": 4}
+_ZERO_FILLS = frozenset({aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default})
+_FILLS = {aten.full.default: 1, aten.full_like.default: 1, aten.new_full.default: 2}  # op -> fill value position
+
+
+def is_zero(gm: GraphModule, node: object) -> bool:
+    """``node`` is a tensor of zeros known before run time: ``zeros``, ``full(0)`` or an all-zero constant."""
+    if not isinstance(node, Node):
+        return False
+    if node.op == "call_function" and node.target in _ZERO_FILLS:
+        return True
+    if node.op == "call_function" and node.target in _FILLS:
+        return node.args[_FILLS[node.target]] == 0
+    value = constant_value(gm, node)
+    return value is not None and not bool(value.any())
+
+
+class _Steps:
+    """Writes one recurrent layer's steps into ``gm`` before ``like`` (with ``like``'s provenance)."""
+
+    def __init__(self, gm: GraphModule, like: Node, kind: str, name: str):
+        self.gm, self.like, self.kind, self.name = gm, like, kind, name
+
+    def op(self, target, *args) -> Node:
+        return call(self.gm, target, args, like=self.like)
+
+    @property
+    def attribute_stem(self) -> str:
+        return self.name.replace(".", "_")
+
+    def constant(self, stem: str, value: torch.Tensor) -> Node:
+        return add_constant(self.gm, self.like, f"{self.attribute_stem}_{stem}", value)
+
+    def linear(self, x: Node, weight: Node, bias: Node | None) -> Node:
+        return self.op(aten.linear.default, x, weight, bias) if bias is not None else \
+            self.op(aten.linear.default, x, weight)
+
+    def slice(self, x: Node, start: int, end: int) -> Node:
+        return self.op(aten.slice.Tensor, x, 1, start, end)
+
+    def state(self, node: Node, which: str) -> Node:
+        node.meta[RECURRENT_STATE] = f"{self.name}.{which}"
+        return node
+
+    def initial_state(self, node: Node, which: str) -> Node:
+        """A given initial state joins its state's scale when it is a model input (or a view of one), the
+        state a streaming caller feeds back; a computed one keeps its producer's qparams (a tanh's fixed
+        [-1, 1) range would clip every later cell state)."""
+        source = node.args[0] if node.target in (aten.view.default, aten.select.int) else node
+        if node.meta.get(RECURRENT_STATE) is None and source.op == "placeholder":
+            self.state(node, which)
+        return node
+
+    def gru_step(self, x_rz: Node, x_n: Node, h: Node | None, w_hrz: Node, w_hn: Node, b_hn: Node,
+                 hidden: int) -> Node:
+        """One GRU step from its input parts (biases b_hr, b_hz already in ``x_rz``); ``h`` None: zero state."""
+        pre_rz = x_rz if h is None else self.op(aten.add.Tensor, x_rz, self.linear(h, w_hrz, None))
+        rz = self.op(aten.sigmoid.default, pre_rz)
+        r, z = self.slice(rz, 0, hidden), self.slice(rz, hidden, 2 * hidden)
+        h_n = b_hn if h is None else self.linear(h, w_hn, b_hn)  # W_hn h + b_hn
+        n = self.op(aten.tanh.default, self.op(aten.add.Tensor, x_n, self.op(aten.mul.Tensor, r, h_n)))
+        if h is None:  # n + z (0 - n)
+            return self.state(self.op(aten.sub.Tensor, n, self.op(aten.mul.Tensor, z, n)), "h")
+        update = self.op(aten.mul.Tensor, z, self.op(aten.sub.Tensor, h, n))
+        return self.state(self.op(aten.add.Tensor, n, update), "h")
+
+    def lstm_step(self, x_gates: Node, h: Node | None, c: Node | None, w_hh: Node, hidden: int
+                  ) -> tuple[Node, Node]:
+        """One LSTM step from its input part (both biases in ``x_gates``); ``h``/``c`` None: zero state."""
+        pre = x_gates if h is None else self.op(aten.add.Tensor, x_gates, self.linear(h, w_hh, None))
+        sig, tanh = self.op(aten.sigmoid.default, pre), self.op(aten.tanh.default, pre)
+        i, g = self.slice(sig, 0, hidden), self.slice(tanh, 2 * hidden, 3 * hidden)
+        o = self.slice(sig, 3 * hidden, 4 * hidden)
+        new_input = self.op(aten.mul.Tensor, i, g)
+        if c is None:
+            c_next = self.state(new_input, "c")
+        else:
+            kept = self.op(aten.mul.Tensor, self.slice(sig, hidden, 2 * hidden), c)
+            c_next = self.state(self.op(aten.add.Tensor, kept, new_input), "c")
+        h_next = self.state(self.op(aten.mul.Tensor, o, self.op(aten.tanh.default, c_next)), "h")
+        return h_next, c_next
+
+
+class _LayerWeights:
+    """One layer's parameters, rearranged for the unrolled steps: biases folded where exact."""
+
+    def __init__(self, kind: str, w_ih: torch.Tensor, w_hh: torch.Tensor, b_ih: torch.Tensor | None,
+                 b_hh: torch.Tensor | None):
+        hidden = w_hh.shape[1]
+        b_ih = torch.zeros(w_ih.shape[0]) if b_ih is None else b_ih.detach()
+        b_hh = torch.zeros(w_hh.shape[0]) if b_hh is None else b_hh.detach()
+        self.hidden = hidden
+        self.w_ih = w_ih.detach()
+        if kind == "gru":  # b_hr, b_hz add to the input part; b_hn is multiplied by r, so it stays
+            self.b_ih = torch.cat([b_ih[:2 * hidden] + b_hh[:2 * hidden], b_ih[2 * hidden:]])
+            self.w_hh_parts = (w_hh[:2 * hidden].detach(), w_hh[2 * hidden:].detach())
+            self.b_hn = b_hh[2 * hidden:]
+        else:
+            self.b_ih = b_ih + b_hh
+            self.w_hh_parts = (w_hh.detach(),)
+
+
+def _parameters(gm: GraphModule, nodes: list) -> list[torch.Tensor] | None:
+    """The layer's weights and biases, or None when one is not a module constant."""
+    values = [constant_value(gm, p) for p in nodes]
+    return None if any(v is None for v in values) else values
+
+
+def _layer_name(node: Node) -> str:
+    """The module path of the layer (``rnn``, ``encoder.gru``), else the node's name."""
+    stack = node.meta.get("nn_module_stack")
+    if stack:
+        path = list(stack.values())[-1][0]
+        if path:
+            return path
+    return node.name
+
+
+def _layer_initial_state(steps: _Steps, state: Node, layer: int, layers: int, batch: int, hidden: int) -> Node | None:
+    """A layer's initial state [B, H] from ``[layers, B, H]``; None when it is zero."""
+    if is_zero(steps.gm, state):
+        return None
+    if layers == 1:
+        return steps.op(aten.view.default, state, [batch, hidden])
+    return steps.op(aten.select.int, state, 0, layer)
+
+
+def _unroll_sequence(gm: GraphModule, node: Node) -> bool:
+    """Unroll one GRU / LSTM layer node; False (left whole) for a form the steps do not cover."""
+    kind = _SEQUENCES[node.target]
+    x, hx, params, has_biases, layers, _dropout, _train, bidirectional, batch_first = node.args
+    name = _layer_name(node)
+    directions = 2 if bidirectional else 1
+    per_direction = 4 if has_biases else 2
+    x_value = x.meta["val"]
+    values = _parameters(gm, params)
+    # an LSTM projection (proj_size: one more weight per direction) or an unbatched input
+    if len(params) != per_direction * directions * layers or x_value.dim() != 3 or values is None:
+        return False
+    h_all, c_all = (hx, None) if kind == "gru" else hx
+    batch, time = (x_value.shape[0], x_value.shape[1]) if batch_first else (x_value.shape[1], x_value.shape[0])
+
+    with gm.graph.inserting_before(node):
+        steps = _Steps(gm, node, kind, name)
+        if batch_first:
+            layer_input = x
+        elif batch == 1:  # [T, 1, I] and [1, T, I] are the same bytes
+            layer_input = steps.op(aten.view.default, x, [1, time, x_value.shape[2]])
+        else:
+            layer_input = steps.op(aten.transpose.int, x, 0, 1)
+        last_h, last_c = [], []
+        for layer in range(layers):
+            per_time = []
+            for direction in range(directions):
+                index = layer * directions + direction  # PyTorch's order of parameters and of h_n rows
+                w_ih, w_hh, *biases = values[index * per_direction:(index + 1) * per_direction]
+                weights = _LayerWeights(kind, w_ih, w_hh, *(biases or (None, None)))
+                steps = _Steps(gm, node, kind, f"{name}.l{layer}" + ("_reverse" if direction else ""))
+                hs, h, c = _unroll_direction(steps, weights, layer_input, h_all, c_all, index, layers * directions,
+                                             batch, time, reverse=direction == 1)
+                per_time.append(hs)
+                last_h.append(h)
+                last_c.append(c)
+            outputs = _StepOutputs(steps, per_time)
+            if layer + 1 < layers:
+                layer_input = outputs.sequence(batch, time, batch_first=True)
+        _replace_outputs(gm, node, steps, outputs, last_h, last_c, batch, time, batch_first)
+    return True
+
+
+def _unroll_direction(steps: _Steps, weights: _LayerWeights, layer_input: Node, h_all: Node, c_all: Node | None,
+                      index: int, states: int, batch: int, time: int, reverse: bool
+                      ) -> tuple[list[Node], Node, Node | None]:
+    """One layer's steps in one direction: its hidden state at each time (in time order) and its last states."""
+    hidden = weights.hidden
+    h = _layer_initial_state(steps, h_all, index, states, batch, hidden)
+    c = _layer_initial_state(steps, c_all, index, states, batch, hidden) if c_all is not None else None
+    if h is not None:
+        steps.initial_state(h, "h")
+    if c is not None:
+        steps.initial_state(c, "c")
+    width = _GATES[steps.kind] * hidden
+    projected = steps.linear(layer_input, steps.constant("w_ih", weights.w_ih), steps.constant("b_ih", weights.b_ih))
+    flat = steps.op(aten.view.default, projected, [batch, time * width])
+    w_hh_nodes = [steps.constant("w_hh", w) for w in weights.w_hh_parts]
+    b_hn = steps.constant("b_hn", weights.b_hn) if steps.kind == "gru" else None
+    hs: list[Node] = [None] * time
+    for t in reversed(range(time)) if reverse else range(time):
+        start = t * width
+        if steps.kind == "gru":
+            x_rz = steps.slice(flat, start, start + 2 * hidden)
+            x_n = steps.slice(flat, start + 2 * hidden, start + width)
+            h = steps.gru_step(x_rz, x_n, h, *w_hh_nodes, b_hn, hidden)
+        else:
+            h, c = steps.lstm_step(steps.slice(flat, start, start + width), h, c, w_hh_nodes[0], hidden)
+        hs[t] = h
+    return hs, h, c
+
+
+class _StepOutputs:
+    """A layer's output at each time: the one direction's hidden state, or both joined along features (a
+    ``cat`` made only for the times something reads)."""
+
+    def __init__(self, steps: _Steps, per_direction: list[list[Node]]):
+        self.steps, self.per_direction, self.joined = steps, per_direction, {}
+
+    def at(self, t: int) -> Node:
+        t %= len(self.per_direction[0])
+        if len(self.per_direction) == 1:
+            return self.per_direction[0][t]
+        if t not in self.joined:
+            self.joined[t] = self.steps.op(aten.cat.default, [hs[t] for hs in self.per_direction], 1)
+        return self.joined[t]
+
+    def sequence(self, batch: int, time: int, batch_first: bool) -> Node:
+        """Every time's output as one tensor, [B, T, F] or [T, B, F]."""
+        outputs = [self.at(t) for t in range(time)]
+        features = outputs[0].meta["val"].shape[-1]
+        joined = self.steps.op(aten.cat.default, outputs, 1 if batch_first else 0)
+        shape = [batch, time, features] if batch_first else [time, batch, features]
+        return self.steps.op(aten.view.default, joined, shape)
+
+
+def _stacked(steps: _Steps, states: list[Node], batch: int, hidden: int) -> Node:
+    """Each layer's last state as ``[layers, B, H]`` (the ``h_n`` / ``c_n`` output)."""
+    whole = states[0] if len(states) == 1 else steps.op(aten.cat.default, states, 0)
+    return steps.op(aten.view.default, whole, [len(states), batch, hidden])
+
+
+def _replace_outputs(gm: GraphModule, node: Node, steps: _Steps, outputs: _StepOutputs, last_h: list[Node],
+                     last_c: list[Node], batch: int, time: int, batch_first: bool) -> None:
+    """Point the layer's readers at the steps: ``y[:, t]`` / ``y[t]`` is time t's output; ``y`` the sequence;
+    ``h_n`` (and ``c_n``) the last states."""
+    hidden = last_h[0].meta["val"].shape[-1]
+    time_dim = 1 if batch_first else 0
+    for getter in list(node.users):
+        assert getter.target is operator.getitem
+        index = getter.args[1]
+        with gm.graph.inserting_before(node):
+            if index == 0:
+                for reader in list(getter.users):
+                    if reader.target == aten.select.int and reader.args[0] is getter and \
+                            reader.args[1] % 3 == time_dim and isinstance(reader.args[2], int):
+                        reader.replace_all_uses_with(outputs.at(reader.args[2]))
+                        gm.graph.erase_node(reader)
+                if getter.users:
+                    getter.replace_all_uses_with(outputs.sequence(batch, time, batch_first))
+            elif getter.users:
+                getter.replace_all_uses_with(_stacked(steps, last_h if index == 1 else last_c, batch, hidden))
+        gm.graph.erase_node(getter)
+    gm.graph.erase_node(node)
+
+
+def _unroll_cell(gm: GraphModule, node: Node) -> bool:
+    """Unroll one GRU / LSTM cell call; False (left whole) for an unbatched one."""
+    kind = _CELLS[node.target]
+    x, state, *params = node.args
+    params = [p for p in params if p is not None]
+    values = _parameters(gm, params)
+    if x.meta["val"].dim() != 2 or values is None:  # unbatched
+        return False
+    weights = _LayerWeights(kind, *values, *([None] * (4 - len(params))))
+    hidden = weights.hidden
+    with gm.graph.inserting_before(node):
+        # the steps of one cell share W_hh, hence a name: one state scale and one set of constants
+        steps = _Steps(gm, node, kind, _layer_name(node) if node.meta.get("nn_module_stack") else params[1].name)
+        w_hh_nodes = [_cell_constant(steps, f"w_hh{i}", w) for i, w in enumerate(weights.w_hh_parts)]
+        if kind == "gru":  # two input projections, as the steps read r, z and n apart
+            x_rz = steps.linear(x, _cell_constant(steps, "w_irz", weights.w_ih[:2 * hidden]),
+                                _cell_constant(steps, "b_irz", weights.b_ih[:2 * hidden]))
+            x_n = steps.linear(x, _cell_constant(steps, "w_in", weights.w_ih[2 * hidden:]),
+                               _cell_constant(steps, "b_in", weights.b_ih[2 * hidden:]))
+            h = None if is_zero(gm, state) else steps.initial_state(state, "h")
+            b_hn = _cell_constant(steps, "b_hn", weights.b_hn)
+            node.replace_all_uses_with(steps.gru_step(x_rz, x_n, h, *w_hh_nodes, b_hn, hidden))
+        else:
+            h_in, c_in = state
+            h, c = (None, None) if is_zero(gm, h_in) and is_zero(gm, c_in) else \
+                (steps.initial_state(h_in, "h"), steps.initial_state(c_in, "c"))
+            x_gates = steps.linear(x, _cell_constant(steps, "w_ih", weights.w_ih),
+                                   _cell_constant(steps, "b_ih", weights.b_ih))
+            h, c = steps.lstm_step(x_gates, h, c, w_hh_nodes[0], hidden)
+            for getter in list(node.users):
+                getter.replace_all_uses_with(h if getter.args[1] == 0 else c)
+                gm.graph.erase_node(getter)
+    gm.graph.erase_node(node)
+    return True
+
+
+def _cell_constant(steps: _Steps, stem: str, value: torch.Tensor) -> Node:
+    """A rearranged cell parameter, registered once for all steps of the cell; a node for this step."""
+    attr = f"{steps.attribute_stem}_{stem}"
+    if not hasattr(steps.gm, attr):
+        steps.gm.register_parameter(attr, torch.nn.Parameter(value.clone(), requires_grad=False))
+    with steps.gm.graph.inserting_before(steps.like):
+        node = steps.gm.graph.get_attr(attr)
+    node.meta["val"] = value.clone()
+    return node
+
+
+class UnrollRecurrentLayersPass(PassBase):
+    """Requires: an aten graph. Ensures: no ``gru`` / ``lstm`` layer or
+    cell node remains but an LSTM with ``proj_size`` or an unbatched one (left whole: it decomposes in
+    ``to_edge`` and runs in float on the CPU, the report naming the layer); each step's states carry
+    ``RECURRENT_STATE``."""
+
+    def call(self, gm: GraphModule) -> PassResult:
+        modified = False
+        for node in list(gm.graph.nodes):
+            if node.op != "call_function":
+                continue
+            if node.target in _SEQUENCES:
+                modified |= _unroll_sequence(gm, node)
+            elif node.target in _CELLS:
+                modified |= _unroll_cell(gm, node)
+        return PassResult(finish(gm) if modified else gm, modified)

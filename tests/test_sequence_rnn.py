@@ -1,0 +1,237 @@
+"""GRU and LSTM keyword spotters (MFCC frames in, class scores out): the recurrent layers and cells unroll
+before quantization (``UnrollRecurrentLayersPass``) into steps the NPU and CMSIS-NN run in int8. Exported
+whole, each layer decomposed only inside ``to_edge`` and ran as ~700 float CPU ops."""
+
+import time
+from collections import Counter
+
+import pytest
+import torch
+import torch.nn as nn
+from program_checks import check_case
+from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+
+from imxrt.npu.compilers.reference import litert_ops
+from imxrt.passes import run_aten_passes
+from imxrt.passes.unroll_recurrent_layers import UnrollRecurrentLayersPass
+from imxrt.pipeline import CompileOptions, compile
+from imxrt.quantization.quantizer import ImxrtQuantizer
+
+FEATURES = 10  # MFCC coefficients per frame
+
+
+class RecurrentKWS(nn.Module):
+    """A GRU / LSTM over the frames, then a linear layer on the last step's hidden state."""
+
+    def __init__(self, cell="gru", layers=1, batch_first=True, hidden=16, classes=12):
+        super().__init__()
+        self.batch_first = batch_first
+        self.rnn = (nn.GRU if cell == "gru" else nn.LSTM)(FEATURES, hidden, num_layers=layers,
+                                                          batch_first=batch_first)
+        self.fc = nn.Linear(hidden, classes)
+
+    def forward(self, x):  # [1, T, FEATURES]
+        if not self.batch_first:
+            x = x.transpose(0, 1)
+        y, _ = self.rnn(x)
+        return self.fc(y[:, -1] if self.batch_first else y[-1])
+
+
+class CellKWS(nn.Module):
+    """The same with a GRUCell / LSTMCell called once per frame from a zero state."""
+
+    def __init__(self, cell="gru", hidden=16, steps=6):
+        super().__init__()
+        self.cell = (nn.GRUCell if cell == "gru" else nn.LSTMCell)(FEATURES, hidden)
+        self.kind, self.hidden, self.steps = cell, hidden, steps
+        self.fc = nn.Linear(hidden, 12)
+
+    def forward(self, x):
+        h = torch.zeros(x.shape[0], self.hidden)
+        c = torch.zeros(x.shape[0], self.hidden)
+        for t in range(self.steps):
+            if self.kind == "gru":
+                h = self.cell(x[:, t], h)
+            else:
+                h, c = self.cell(x[:, t], (h, c))
+        return self.fc(h)
+
+
+class WholeSequence(nn.Module):
+    """Every output of the layer used: the sequence (mean over time), h_n and, for an LSTM, c_n; the
+    initial state is a model input."""
+
+    def __init__(self, cell="gru", layers=2, batch_first=False, hidden=8):
+        super().__init__()
+        self.cell = cell
+        self.rnn = (nn.GRU if cell == "gru" else nn.LSTM)(FEATURES, hidden, num_layers=layers,
+                                                          batch_first=batch_first)
+
+    def forward(self, x, h0):
+        if self.cell == "gru":
+            y, h_n = self.rnn(x, h0)
+            return y.mean(0 if not self.rnn.batch_first else 1), h_n
+        y, (h_n, c_n) = self.rnn(x, (h0, torch.tanh(h0)))
+        return y.sum(), h_n, c_n
+
+
+STEPS = 6
+MODELS = {
+    "gru": lambda: RecurrentKWS("gru"),
+    "lstm": lambda: RecurrentKWS("lstm"),
+    "gru_2_layers_time_major": lambda: RecurrentKWS("gru", layers=2, batch_first=False),
+    "lstm_2_layers": lambda: RecurrentKWS("lstm", layers=2),
+    "lstm_time_major": lambda: RecurrentKWS("lstm", batch_first=False),
+    "gru_cell": lambda: CellKWS("gru", steps=STEPS),
+    "lstm_cell": lambda: CellKWS("lstm", steps=STEPS),
+}
+
+
+def _calibration(shape, samples=8):
+    generator = torch.Generator().manual_seed(0)
+    return [(torch.randn(shape, generator=generator),) for _ in range(samples)]
+
+
+def _compile(model, target, steps=STEPS):
+    cal = _calibration((1, steps, FEATURES))
+    return compile(model.eval(), cal[0], target, cal, CompileOptions(show_progress=False)), cal
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_the_unrolled_steps_equal_the_float_module(name):
+    """The rewrite is exact up to float addition order (the folded biases): no gru / lstm node is left, and
+    only ops both devices run in int8 remain."""
+    torch.manual_seed(0)
+    model = MODELS[name]().eval()
+    x = torch.randn(1, STEPS, FEATURES)
+    graph_module = torch.export.export(model, (x,), strict=False).module()
+    unrolled = UnrollRecurrentLayersPass()(graph_module).graph_module
+    ops = {str(n.target).split(".")[1] for n in unrolled.graph.nodes if n.op == "call_function"}
+    assert ops <= {"linear", "slice", "select", "sigmoid", "tanh", "add", "sub", "mul", "view", "cat", "transpose"}, ops
+    torch.testing.assert_close(unrolled(x), model(x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_every_output_and_a_given_initial_state_stay_exact(cell):
+    """The whole output sequence, h_n and c_n of a two-layer, time-major layer started from a given state."""
+    torch.manual_seed(0)
+    model = WholeSequence(cell).eval()
+    inputs = (torch.randn(STEPS, 1, FEATURES), torch.randn(2, 1, 8))
+    graph_module = torch.export.export(model, inputs, strict=False).module()
+    unrolled = UnrollRecurrentLayersPass()(graph_module).graph_module
+    assert not [n for n in unrolled.graph.nodes if n.target in (torch.ops.aten.gru.input, torch.ops.aten.lstm.input)]
+    torch.testing.assert_close(unrolled(*inputs), model(*inputs), rtol=1e-5, atol=1e-5)
+
+
+class Encoder(nn.Module):
+    def __init__(self, rnn: nn.Module):
+        super().__init__()
+        self.encoder = rnn
+
+    def forward(self, x):
+        y, _ = self.encoder(x)
+        return y[:, -1], y.mean(1)
+
+
+@pytest.mark.parametrize("cell", [nn.GRU, nn.LSTM])
+@pytest.mark.parametrize("layers", [1, 2])
+def test_a_bidirectional_layer_equals_the_float_module(cell, layers):
+    torch.manual_seed(0)
+    model = Encoder(cell(FEATURES, 8, num_layers=layers, batch_first=True, bidirectional=True)).eval()
+    x = torch.randn(1, STEPS, FEATURES)
+    unrolled = UnrollRecurrentLayersPass()(torch.export.export(model, (x,), strict=False).module()).graph_module
+    torch.testing.assert_close(unrolled(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_an_lstm_projection_is_left_whole():
+    """proj_size adds a weight the steps do not cover: the layer stays one node (float on the CPU, as
+    ``test_compile`` checks the report says)."""
+    model = Encoder(nn.LSTM(FEATURES, 8, batch_first=True, proj_size=4)).eval()
+    graph_module = torch.export.export(model, (torch.randn(1, 4, FEATURES),), strict=False).module()
+    result = UnrollRecurrentLayersPass()(graph_module)
+    assert not result.modified
+    assert [n.target for n in result.graph_module.graph.nodes].count(torch.ops.aten.lstm.input) == 1
+
+
+def test_every_step_of_the_hidden_state_reads_one_scale():
+    """All steps of h (the zero initial state included, which the first step drops) share one observer: every
+    linear layer reading a hidden state (the W_hh parts and the classifier) reads it at one scale, and a given
+    initial state (a model input) is quantized at that scale too."""
+    model = WholeSequence("gru", layers=1, batch_first=True).eval()
+    inputs = (torch.randn(1, STEPS, FEATURES), torch.randn(1, 1, 8))
+    exported = torch.export.export(model, inputs, strict=False)
+    prepared = prepare_pt2e(run_aten_passes(exported.module(check_guards=False)), ImxrtQuantizer())
+    # a linear layer's first argument is its input's observer, which reads the value itself
+    hidden_readers = [n for n in prepared.graph.nodes if n.target == torch.ops.aten.linear.default
+                      and n.args[0].args[0].meta["val"].shape[-1] == 8]
+    assert len(hidden_readers) == 2 * STEPS  # W_hrz and W_hn at every step
+    # pt2e inserts one call per edge; a shared observer is one module object behind them
+    observers = {id(getattr(prepared, n.args[0].target)) for n in hidden_readers}
+    assert len(observers) == 1, observers
+    (h0,) = [n for n in prepared.graph.nodes if n.op == "placeholder" and n.name == "h0"]
+    assert {id(getattr(prepared, u.target)) for u in h0.users} == observers
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_recurrent_kws_runs_on_the_npu_in_one_partition(name):
+    """Every gate on the NPU: FULLY_CONNECTED, LOGISTIC, TANH, ADD / SUB / MUL and SPLIT_V (the per-step
+    slices joined); only the model's input quantize and output dequantize on the CPU; TFLM's numbers."""
+    model = MODELS[name]()
+    layers = model.rnn.num_layers if hasattr(model, "rnn") else 1
+    result, cal = _compile(model, "imxrt700")
+    summary = result.report["summary"]
+    assert summary["ops_cpu_float"] == 0, [op for op in result.report["ops"] if op["execution"] == "cpu float"]
+    cpu = [op["op"] for op in result.report["ops"] if op["placement"] != "npu"]
+    assert summary["partitions"] == 1 and all("quantize" in op for op in cpu), cpu
+    ops = Counter(op for tflite in result.partitions for op in litert_ops(tflite))
+    # one SPLIT_V per step for its gates; a SLICE only for an LSTM step's g gate
+    assert ops["SPLIT_V"] >= layers * (STEPS - 1) and ops["SLICE"] <= layers * STEPS, ops
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_every_output_from_a_given_state_runs_on_the_npu(cell):
+    """Two time-major layers from a state given as a model input: the whole sequence (one CONCATENATION of
+    the steps), h_n and c_n leave the one partition; TFLM's numbers."""
+    generator = torch.Generator().manual_seed(0)
+    cal = [(torch.randn(STEPS, 1, FEATURES, generator=generator), torch.randn(2, 1, 8, generator=generator))
+           for _ in range(8)]
+    result = compile(WholeSequence(cell).eval(), cal[0], "imxrt700", cal, CompileOptions(show_progress=False))
+    summary = result.report["summary"]
+    cpu = [op["op"] for op in result.report["ops"] if op["placement"] != "npu"]
+    assert summary["partitions"] == 1 and summary["ops_cpu_float"] == 0 and all("quantize" in op for op in cpu), cpu
+    check_case(result, cal[1])
+
+
+def test_a_bidirectional_gru_runs_on_the_npu():
+    """Both directions' steps and the joined outputs read (the last time, the mean over time) in one
+    partition; TFLM's numbers."""
+    model = Encoder(nn.GRU(FEATURES, 8, batch_first=True, bidirectional=True))
+    result, cal = _compile(model, "imxrt700")
+    summary = result.report["summary"]
+    cpu = [op["op"] for op in result.report["ops"] if op["placement"] != "npu"]
+    assert summary["partitions"] == 1 and summary["ops_cpu_float"] == 0 and all("quantize" in op for op in cpu), cpu
+    check_case(result, cal[1])
+
+
+@pytest.mark.parametrize("name", ["gru", "lstm_2_layers", "gru_cell", "lstm_cell"])
+def test_recurrent_kws_is_int8_on_the_cpu(name):
+    result, cal = _compile(MODELS[name](), "imxrt700-cpu")
+    assert result.report["summary"]["ops_cpu_float"] == 0, [
+        op["op"] for op in result.report["ops"] if op["execution"] == "cpu float"]
+    check_case(result, cal[1])
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_a_49_frame_kws_is_one_int8_partition(cell):
+    """The full-size spotter (49 frames, 64 hidden units): one partition, no float op; prints its figures."""
+    torch.manual_seed(0)
+    started = time.perf_counter()
+    result, cal = _compile(RecurrentKWS(cell, hidden=64), "imxrt700", steps=49)
+    seconds = time.perf_counter() - started
+    summary = result.report["summary"]
+    print(f"{cell} KWS, 49 frames: compile {seconds:.1f} s, latency {result.report['latency']['total']['us']:.0f} us, "
+          f"partitions {summary['partitions']}, float CPU ops {summary['ops_cpu_float']}")
+    assert summary["partitions"] == 1 and summary["ops_cpu_float"] == 0
+    check_case(result, cal[1])

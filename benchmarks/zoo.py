@@ -47,16 +47,30 @@ def _samples(shape: tuple[int, ...], count: int, seed: int) -> list[tuple[torch.
     return [(torch.randn(shape, generator=generator),) for _ in range(count)]
 
 
+def _error_line(stage: str, exc: Exception) -> str:
+    """The first line of an exception, prefixed with the stage that raised it (as upstream's rows give it)."""
+    lines = str(exc).strip().splitlines()
+    line = f"{stage}: {type(exc).__name__}" + (f": {lines[0]}" if lines else "")
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
 def run_ours(model, calibration, checks: list) -> dict:
+    """imxrt's row; a compile the compiler refuses (or a check that raises) is a row with the error."""
     import program_checks
 
     start = time.perf_counter()
-    options = CompileOptions(neutron_compiler="reference", show_progress=False)  # the stand-in may be imported
-    result = compile(model, calibration[0], "imxrt700", calibration, options)
-    seconds = time.perf_counter() - start
+    stage = "compile"
+    try:
+        options = CompileOptions(neutron_compiler="reference", show_progress=False)  # the stand-in may be imported
+        result = compile(model, calibration[0], "imxrt700", calibration, options)
+        seconds = time.perf_counter() - start
+        stage = "check"
+        exact = sum(not program_checks.partition_mismatches(result, inputs) for inputs in checks)
+        lsb = max((max(program_checks.output_differences_lsb(result, inputs, model)) for inputs in checks[:3]),
+                  default=float("nan"))
+    except Exception as exc:  # one model's failure is that model's row, not the end of the benchmark
+        return {"error": _error_line(stage, exc), "seconds": time.perf_counter() - start}
     summary = result.report["summary"]
-    exact = sum(not program_checks.partition_mismatches(result, inputs) for inputs in checks)
-    lsb = max(max(program_checks.output_differences_lsb(result, inputs, model)) for inputs in checks[:3])
     return {
         "mac": summary["npu_mac_fraction"], "partitions": summary["partitions"],
         "transposes": Counter(op for t in result.partitions for op in litert_ops(t))["TRANSPOSE"],
@@ -81,41 +95,60 @@ def run_upstream(model, calibration) -> dict:
     }
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
+def compare(model, shape: tuple[int, ...], side: str, inputs: int) -> dict[str, dict]:
+    """Both pipelines' rows for one model (``side``: both, ours or upstream), on the same calibration
+    samples; ours checked against TFLM on ``inputs`` random inputs."""
+    calibration = _samples(shape, CALIBRATION_SAMPLES, seed=1)
+    rows = {}
+    if side != "upstream":
+        rows["imxrt"] = run_ours(copy.deepcopy(model), calibration, _samples(shape, inputs, seed=2))
+    if side != "ours":
+        rows["upstream"] = run_upstream(copy.deepcopy(model), calibration)
+    return rows
+
+
+HEADER = (f"{'model':20s} {'who':9s} {'NPU MACs':>8s} {'parts':>5s} {'TRANSPOSE':>9s} {'float CPU':>9s} "
+          f"{'compile s':>9s} {'est. us':>8s} {'SRAM KiB':>8s} {'TFLM':>6s} {'pte LSB':>7s}")
+FOOTNOTE = ("* upstream: delegated compute ops / all compute ops (it records no MAC counts); its float CPU ops "
+            "count every compute op left outside a partition. TFLM: random inputs on which every partition gave "
+            "TFLM's bytes. pte LSB: largest .pte vs quantized-program difference in output scale units (grows "
+            "with depth: each op may round one LSB differently).")
+
+
+def print_rows(name: str, rows: dict[str, dict]) -> None:
+    for who, row in rows.items():
+        if "error" in row:
+            print(f"{name:20s} {who:9s} failed after {row['seconds']:.1f} s: {row['error']}")
+            continue
+        mac = f"{100 * row['mac']:7.1f}%" + ("*" if who == "upstream" else " ")
+        ours = (f" {row['latency_us']:8.0f} {row['sram_kib']:8.0f} {row['tflm']:>6s} {row['lsb']:7.2f}"
+                if who == "imxrt" else "")
+        print(f"{name:20s} {who:9s} {mac:>8s}{row['partitions']:5d} {row['transposes']:9d} {row['float']:9d} "
+              f"{row['seconds']:9.1f}{ours}")
+    sys.stdout.flush()
+
+
+def benchmark(description: str, names: list[str], build_model, argv=None) -> int:
+    """The command line both model benchmarks share: ``build_model(name)`` gives ``(model, input shape)``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--models", nargs="+", default=names, choices=names)
     parser.add_argument("--inputs", type=int, default=20, help="random inputs checked against TFLM per model")
     parser.add_argument("--side", choices=("both", "ours", "upstream"), default="both")
     args = parser.parse_args(argv)
     if args.side != "ours":
         upstream_nxp.ensure_neutron_sdk()
 
-    header = (f"{'model':20s} {'who':9s} {'NPU MACs':>8s} {'parts':>5s} {'TRANSPOSE':>9s} {'float CPU':>9s} "
-              f"{'compile s':>9s} {'est. us':>8s} {'SRAM KiB':>8s} {'TFLM':>6s} {'pte LSB':>7s}")
-    print(header)
-    print("-" * len(header))
+    print(HEADER)
+    print("-" * len(HEADER))
     for name in args.models:
-        model, shape = build(name)
-        calibration = _samples(shape, CALIBRATION_SAMPLES, seed=1)
-        rows = {}
-        if args.side != "upstream":
-            rows["imxrt"] = run_ours(copy.deepcopy(model), calibration, _samples(shape, args.inputs, seed=2))
-        if args.side != "ours":
-            rows["upstream"] = run_upstream(copy.deepcopy(model), calibration)
-        for who, row in rows.items():
-            if "error" in row:
-                print(f"{name:20s} {who:9s} failed after {row['seconds']:.1f} s: {row['error']}")
-                continue
-            mac = f"{100 * row['mac']:7.1f}%" + ("*" if who == "upstream" else " ")
-            ours = (f" {row['latency_us']:8.0f} {row['sram_kib']:8.0f} {row['tflm']:>6s} {row['lsb']:7.2f}"
-                    if who == "imxrt" else "")
-            print(f"{name:20s} {who:9s} {mac:>8s}{row['partitions']:5d} {row['transposes']:9d} {row['float']:9d} "
-                  f"{row['seconds']:9.1f}{ours}")
-        sys.stdout.flush()
-    print("\n* upstream: delegated compute ops / all compute ops (it records no MAC counts). TFLM: random inputs "
-          "on which every partition gave TFLM's bytes. pte LSB: largest .pte vs quantized-program difference "
-          "in output scale units (grows with depth: each op may round one LSB differently).")
+        model, shape = build_model(name)
+        print_rows(name, compare(model, shape, args.side, args.inputs))
+    print("\n" + FOOTNOTE)
     return 0
+
+
+def main(argv=None) -> int:
+    return benchmark(__doc__.splitlines()[0], list(FAMILIES), build, argv)
 
 
 if __name__ == "__main__":

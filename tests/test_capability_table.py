@@ -65,6 +65,8 @@ FORMS = {
     "linear_rank3": (lambda: nn.Linear(6, 8), [(1, 3, 6)]),
     "matmul_constant": (Linear3d, [(3, 6)]),
     "bmm": (lambda: Fn(lambda x, y: torch.bmm(torch.tanh(x), torch.tanh(y))), [(2, 3, 4), (2, 4, 5)]),  # zp 0
+    # any operands: the quantizer makes a computed operand symmetric, softmax's is requantized to zero point 0
+    "bmm_of_softmax": (lambda: Fn(lambda x, y: torch.bmm(torch.softmax(x, -1), y * 2.0)), [(2, 3, 4), (2, 4, 5)]),
     "addmm": (Addmm, [(3, 6)]),
     "add_broadcast": (lambda: Fn(torch.add, 4), [X4, (1, 4, 1, 1)]),
     "add_scalar": (lambda: Fn(lambda x: x + 0.5, 4), [X4]),
@@ -109,7 +111,7 @@ FORMS = {
     "unsqueeze": (lambda: Fn(lambda x: x.mean(1).unsqueeze(-1), 4), [X4]),
     "clone_channels_last": (lambda: Fn(lambda x: x.clone(memory_format=torch.channels_last), 4), [X4]),
     "slice": (lambda: Fn(lambda x: x[:, 1:3, :, ::2], 4), [X4]),
-    "select_channel": (lambda: Fn(lambda x: x[:, 2], 4), [X4]),
+    "select": (lambda: Fn(lambda x: x[:, 2], 4), [X4]),
     "select_negative_dim": (lambda: Fn(lambda x: x[:, :, -1] * x[:, :, 0], 4), [X4]),
     "upsample_nearest": (lambda: Fn(lambda x: F.interpolate(x, scale_factor=2), 4), [X4]),
     "upsample_bilinear": (lambda: Fn(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), 4), [X4]),

@@ -112,18 +112,18 @@ def test_unsupported_ops_stay_on_the_cpu_with_a_reason_and_the_program_still_com
             self.fc = torch.nn.Linear(8, 4)
 
         def forward(self, x):
-            y = torch.nn.functional.gelu(self.conv(x))
-            y = torch.softmax(y, dim=2)  # over H: not the channel dim
+            y = torch.nn.functional.elu(self.conv(x))
+            y = torch.nn.functional.max_pool2d(y, 3, 1, 1, dilation=2)  # dilated: not on the NPU
             return self.fc(y.mean((2, 3)))
 
     generator = torch.Generator().manual_seed(0)
     data = [(torch.randn(1, 3, 8, 8, generator=generator),) for _ in range(4)]
     result = compile(Mixed().eval(), data[0], "imxrt700", data, CompileOptions(show_progress=False))
     by_op = {op["op"]: op for op in result.report["ops"]}
-    assert by_op["aten.gelu.default"]["placement"] == "cpu"
-    assert "no eIQ Neutron kernel" in by_op["aten.gelu.default"]["reason"]
-    assert by_op["aten._softmax.default"]["placement"] == "cpu"
-    assert "channel dimension" in by_op["aten._softmax.default"]["reason"]
+    assert by_op["aten.elu.default"]["placement"] == "cpu"
+    assert "no eIQ Neutron kernel" in by_op["aten.elu.default"]["reason"]
+    pool = by_op["aten.max_pool2d_with_indices.default"]
+    assert pool["placement"] == "cpu" and "dilation 1" in pool["reason"]
     assert by_op["aten.convolution.default"]["placement"] == "npu"
     assert result.pte[4:8] == b"ET12"
 

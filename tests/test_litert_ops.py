@@ -104,6 +104,8 @@ CASES = {
     "amin_c": Case(lambda a: a.amin(1, keepdim=True), lambda: (cl(x4()),), ["REDUCE_MIN", "RESHAPE"]),
     "softmax_rank2": Case(lambda a: torch.softmax(a, -1), lambda: (torch.randn(2, 10),), ["SOFTMAX"]),
     "softmax_channels": Case(lambda a: torch.softmax(a, 1), lambda: (cl(x4()),), ["SOFTMAX", "TRANSPOSE"]),
+    # over the width of an NHWC value: a TRANSPOSE moves it last; the one back folds into the NCHW output
+    "softmax_width": Case(lambda a: torch.softmax(a, 3), lambda: (cl(x4()),), ["TRANSPOSE", "SOFTMAX", "TRANSPOSE"]),
     # weighted
     "linear_rank3": Case(nn.Linear(5, 3), lambda: (torch.randn(2, 4, 5),), ["FULLY_CONNECTED"]),
     "linear_rank4_nchw": Case(nn.Linear(8, 3), lambda: (x4(),), ["FULLY_CONNECTED"]),

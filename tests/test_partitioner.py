@@ -41,8 +41,10 @@ CASES = {
                                       "roundup(C_in, 8) = 65536"),
     "softmax_channel_dim": (Lambda(lambda _, x: torch.softmax(x, 1)), [(1, 8, 2, 2)], "aten._softmax.default",
                             True, ""),
-    "softmax_non_channel_dim": (Lambda(lambda _, x: torch.softmax(x, 2)), [(1, 8, 2, 2)],
-                                "aten._softmax.default", False, "over the channel dimension"),
+    "softmax_height_dim": (Lambda(lambda _, x: torch.softmax(x, 2)), [(1, 8, 2, 2)], "aten._softmax.default",
+                           True, ""),
+    "softmax_4097_rows": (Lambda(lambda _, x: torch.softmax(x, 2)), [(1, 4097, 2, 1)], "aten._softmax.default",
+                          False, "at most 4096 rows"),
     "softmax_2040_channels": (Lambda(lambda _, x: torch.softmax(x, -1)), [(1, 2040)], "aten._softmax.default",
                               True, ""),
     "softmax_2041_channels": (Lambda(lambda _, x: torch.softmax(x, -1)), [(1, 2041)], "aten._softmax.default",
@@ -79,8 +81,8 @@ CASES = {
     "avg_pool_ceil_mode_padded": (
         Lambda(lambda _, x: nn.functional.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True)), [(1, 4, 8, 8)],
         "aten.avg_pool2d.default", False, "ceil-mode pool without padding"),
-    "gelu": (Lambda(lambda _, x: nn.functional.gelu(x)), [(1, 16)], "aten.gelu.default", False,
-             "has no eIQ Neutron kernel"),
+    "elu": (Lambda(lambda _, x: nn.functional.elu(x)), [(1, 16)], "aten.elu.default", False,
+            "has no eIQ Neutron kernel"),
 }
 
 

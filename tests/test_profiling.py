@@ -29,7 +29,7 @@ from imxrt.profiling.etdump import write_etdump
 
 
 class NpuCpuNpu(nn.Module):
-    """conv + relu (NPU) -> gelu (no Neutron kernel: cortex_m table lookup) -> conv + add + linear (NPU)."""
+    """conv + relu (NPU) -> elu (no Neutron kernel: cortex_m table lookup) -> conv + add + linear (NPU)."""
 
     def __init__(self):
         super().__init__()
@@ -38,7 +38,7 @@ class NpuCpuNpu(nn.Module):
         self.fc = nn.Linear(8 * 8 * 8, 10)
 
     def forward(self, x):
-        y = F.gelu(F.relu(self.conv(x)))
+        y = F.elu(F.relu(self.conv(x)))
         return self.fc((self.conv2(y) + y).flatten(1))
 
 
@@ -98,7 +98,7 @@ def test_each_cpu_instruction_is_one_event_named_by_its_kernel_and_mapped_to_its
         assert not event.is_delegated_op
         if op["op"].startswith("aten."):  # the model-boundary Q/DQ are cortex_m ops from the start
             assert op["op"] in event.op_types
-    assert "native_call_quantized_activation.out" in {e.name for e in events}  # the gelu between partitions
+    assert "native_call_quantized_activation.out" in {e.name for e in events}  # the elu between partitions
 
 
 def test_event_times_add_up_to_the_cost_models_total(run):

@@ -229,21 +229,14 @@ def max_pool_options(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
 
 # --- softmax, resize, slice, pad --------------------------------------------------------------------------
 
-def softmax_channel_dim(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
-    """Softmax must run over the channel dimension (dim 1 of a 4-D tensor, the last dim otherwise)."""
-    shape = _shape(cluster.anchor.args[0])
-    dim = int(cluster.anchor.args[1]) % len(shape)
-    channel = 1 if len(shape) == 4 else len(shape) - 1
-    return dim == channel, f"softmax over dim {dim} of a rank-{len(shape)} tensor"
-
-
 def softmax_size(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
-    """Softmax: C <= 2040, N*H*W <= 4096 and C*N*H*W <= 524288."""
+    """Softmax: C <= 2040 values per row, at most 4096 rows and 524288 values (over a dim other than the
+    channels of an image or the last dim of another tensor, a TRANSPOSE moves that dim last first)."""
     shape = _shape(cluster.anchor.args[0])
-    channels = shape[1] if len(shape) == 4 else shape[-1]
+    channels = shape[int(cluster.anchor.args[1]) % len(shape)]
     rows = math.prod(shape) // channels
     ok = channels <= SOFTMAX_MAX_CHANNELS and rows <= SOFTMAX_MAX_ROWS and rows * channels <= SOFTMAX_MAX_ELEMENTS
-    return ok, f"C {channels}, N*H*W {rows}"
+    return ok, f"C {channels}, rows {rows}"
 
 
 def resize_scale(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
@@ -308,7 +301,7 @@ SUPPORTED: dict[object, NeutronOp] = {
     edge.sum.dim_IntList: NeutronOp("SUM", _MOVE),
     edge.amax.default: NeutronOp("REDUCE_MAX", _MOVE),
     edge.amin.default: NeutronOp("REDUCE_MIN", _MOVE),
-    edge._softmax.default: NeutronOp("SOFTMAX", (softmax_channel_dim, softmax_size)),
+    edge._softmax.default: NeutronOp("SOFTMAX", (softmax_size,)),
     edge.relu.default: NeutronOp("RELU"),
     edge.hardtanh.default: NeutronOp("RELU6 / RELU_N1_TO_1 / RELU_0_TO_1 / MINIMUM+MAXIMUM"),
     edge.clamp.default: NeutronOp("MINIMUM / MAXIMUM"),

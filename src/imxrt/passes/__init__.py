@@ -14,13 +14,19 @@ from imxrt.passes.convert_matmul_to_bmm import ConvertMatmulToBmmPass
 from imxrt.passes.convert_pad_to_core_op import ConvertPadToCoreOpPass
 from imxrt.passes.convert_scalar_operands_to_float import ConvertScalarOperandsToFloatPass
 from imxrt.passes.convert_split_to_slices import ConvertSplitToSlicesPass
+from imxrt.passes.decompose_attention import DecomposeAttentionPass
+from imxrt.passes.decompose_gelu import DecomposeGeluPass
 from imxrt.passes.decompose_hardsigmoid import DecomposeHardsigmoidPass
+from imxrt.passes.decompose_layer_norm import DecomposeLayerNormPass
 from imxrt.passes.decompose_silu import DecomposeSiluPass
 from imxrt.passes.fold_batch_norm import FoldBatchNormPass
 from imxrt.passes.fold_hardsigmoid import FoldHardsigmoidPass
+from imxrt.passes.fold_layer_norm_affine import FoldLayerNormAffinePass
 from imxrt.passes.functionalize_in_place import FunctionalizeInPlacePass
 from imxrt.passes.remove_identity_copies import RemoveIdentityCopiesPass
 from imxrt.passes.remove_noops import RemoveNoOpsPass
+from imxrt.passes.rescale_bmm_operands import RescaleBatchMatmulOperandsPass
+from imxrt.passes.sink_batch_views import SinkBatchViewsPass
 from imxrt.passes.sink_squeeze import SinkSqueezePass
 from imxrt.passes.unroll_recurrent_layers import UnrollRecurrentLayersPass
 from imxrt.passes.unshare_parameters import UnshareParametersPass
@@ -31,20 +37,26 @@ from imxrt.passes.unshare_parameters import UnshareParametersPass
 # dimension before the passes that read a conv's input rank;
 # batch norms fold before conv1d becomes conv2d, whose trailing squeeze would separate them, and before a
 # hardsigmoid folds into the conv (a BN between them would block it) and only the hardsigmoids left decompose;
+# a layer norm's affine map folds into the linear layers reading it before the norm decomposes (after that
+# it is a mul and an add no pass recognises);
 # the decompositions go before scalar operands become constants; the squeezes the 1-D conversions leave
 # sink right after them, so a 1-D net's activations and pools meet on rank-4 values; addmm goes before
-# matmul, as its non-linear form is an mm of two activations; parameters are
+# matmul, as its non-linear form is an mm of two activations; attention (SDPA) decomposes before matmuls
+# become bmm, and the batch views bmm leaves sink right after, so attention scores stay rank 3 (and a softmax
+# a bmm reads is rescaled to zero point 0 before its scalar 1 becomes a constant); parameters are
 # unshared last, after the passes that read or replace them, so each use is quantized at its own scale.
 ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass,
                UnrollRecurrentLayersPass,
                AddBatchDimensionPass, FoldBatchNormPass,
-               FoldHardsigmoidPass, DecomposeHardsigmoidPass, DecomposeSiluPass, ConvertConv1dToConv2dPass,
-               Convert1dOpsTo2dPass, SinkSqueezePass, ConvertAddmmToLinearPass, ConvertMatmulToBmmPass,
+               FoldHardsigmoidPass, FoldLayerNormAffinePass, DecomposeLayerNormPass, DecomposeGeluPass,
+               DecomposeHardsigmoidPass, DecomposeSiluPass, ConvertConv1dToConv2dPass,
+               Convert1dOpsTo2dPass, SinkSqueezePass, ConvertAddmmToLinearPass, DecomposeAttentionPass,
+               ConvertMatmulToBmmPass, SinkBatchViewsPass, RescaleBatchMatmulOperandsPass,
                ConvertClampTensorPass, ConvertDivToMulPass, ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass,
                ConvertSplitToSlicesPass, UnshareParametersPass)
 
 # Passes for targets with an NPU only: they trade a CPU kernel (one table) for ops the NPU runs.
-NPU_ATEN_PASSES = (DecomposeHardsigmoidPass, DecomposeSiluPass)
+NPU_ATEN_PASSES = (DecomposeGeluPass, DecomposeHardsigmoidPass, DecomposeSiluPass, RescaleBatchMatmulOperandsPass)
 
 # Run by to_edge_transform_and_lower after decomposition, before the partitioners see the graph.
 EDGE_PASSES = (RemoveIdentityCopiesPass,)
@@ -52,8 +64,10 @@ EDGE_PASSES = (RemoveIdentityCopiesPass,)
 
 # Passes that rewrite parameters into new constants: QAT skips them, its parameters must stay trainable
 # (pt2e's conv+BN fusion trains the batch norms and convert folds them; a hardsigmoid then decomposes for
-# the NPU, or stays one table on a CPU-only target; a GRU / LSTM stays whole, and float).
-PARAMETER_FOLDING_PASSES = (FoldBatchNormPass, FoldHardsigmoidPass, UnrollRecurrentLayersPass)
+# the NPU, or stays one table on a CPU-only target; a layer norm keeps its affine map as a mul and an add; a
+# GRU / LSTM stays whole, and float).
+PARAMETER_FOLDING_PASSES = (FoldBatchNormPass, FoldHardsigmoidPass, FoldLayerNormAffinePass,
+                            UnrollRecurrentLayersPass)
 
 
 def run_aten_passes(gm: GraphModule, qat: bool = False, npu: bool = True) -> GraphModule:

@@ -33,6 +33,23 @@ def _tensor_inputs(node: Node) -> list[Node]:
 _CONVS = (torch.ops.aten.conv1d.default, torch.ops.aten.conv2d.default)  # what pt2e's QAT conv+BN fusion folds
 
 
+def _symmetric_outputs(graph: torch.fx.Graph, table: rules.RuleTable) -> set[Node]:
+    """The values an op with ``symmetric_inputs`` reads, followed back through ops that share qparams to the
+    op (or model input) that sets them. A fixed-qparam producer (softmax) keeps its range: the NPU lowering
+    requantizes it."""
+    found: set[Node] = set()
+    for node in graph.nodes:
+        rule = rules.rule_for(table, node) if node.op == "call_function" else None
+        if not (isinstance(rule, rules.Compute) and rule.symmetric_inputs):
+            continue
+        for value in _tensor_inputs(node):
+            while value.op == "call_function" and isinstance(rules.rule_for(table, value), rules.SharedWithInput) \
+                    and _tensor_inputs(value):
+                value = _tensor_inputs(value)[0]
+            found.add(value)
+    return found
+
+
 def _is_float_tensor(node: Node) -> bool:
     value = node.meta.get("val")
     return value is not None and hasattr(value, "dtype") and value.dtype.is_floating_point
@@ -63,6 +80,7 @@ class ImxrtQuantizer(Quantizer):
         else:
             self.rules = rules.compose(rules.NPU_RULES, rules.CPU_RULES)
         self.qat = qat
+        self._symmetric: set[Node] = set()  # values read at zero point 0 (``_symmetric_outputs``)
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
         composed = model.meta.get(_COMPOSED_RULES)
@@ -71,6 +89,7 @@ class ImxrtQuantizer(Quantizer):
 
     def annotate(self, model: GraphModule) -> GraphModule:
         table = model.meta.get(_COMPOSED_RULES, self.rules)
+        self._symmetric = _symmetric_outputs(model.graph, table)
         for node in model.graph.nodes:
             if node.op != "call_function" or _ANNOTATION in node.meta:
                 continue
@@ -87,8 +106,12 @@ class ImxrtQuantizer(Quantizer):
     def _annotate(self, node: Node, rule: rules.Rule) -> None:
         """Annotate ``node`` (and a fused activation after it)."""
         act = specs.activation_spec(self.qat)
+        symmetric = specs.symmetric_activation_spec(self.qat)
         inputs = _tensor_inputs(node)
-        in_spec = lambda arg: self._input_spec(arg, act)  # noqa: E731
+        in_spec = lambda arg: self._input_spec(arg, symmetric if arg in self._symmetric else act)  # noqa: E731
+        fused = self._fusable_user(node)
+        if node in self._symmetric or (fused is not None and fused in self._symmetric):
+            act = symmetric
         if not inputs:
             return
         input_specs: dict[Node, QuantizationSpecBase] = {}

@@ -35,9 +35,12 @@ class Compute:
 
     ``fuses_activation``: the int8 kernel clamps its own output (TFLite's fused activation, CMSIS-NN's
     activation range), so a following relu / relu6 takes over the output observer, as for ``Weighted``.
+    ``symmetric_inputs``: the op reads its tensor inputs at zero point 0, so whatever produces them (through
+    ops that share qparams) is quantized symmetric.
     """
 
     fuses_activation: bool = False
+    symmetric_inputs: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,10 +69,14 @@ _SOFTMAX_OUT = FixedOutput(scale=1.0 / 256.0, zero_point=-128)
 _TANH_OUT = FixedOutput(scale=1.0 / 128.0, zero_point=0)
 _LINEAR = Weighted(per_channel=False)
 _ADD = Compute(fuses_activation=True)  # TFLite ADD / SUB and cortex_m quantized_add clamp their output
+# Neutron's BATCH_MATMUL takes zero-point-0 operands; the Cortex-M's takes any, but both devices quantize an op
+# alike (a bmm the NPU refuses for another reason runs on the CPU with the same tensors).
+_BATCH_MATMUL = Compute(symmetric_inputs=True)
 
 # Ops that move or select values: int8 on every device, output sharing the input's qparams.
 _DATA_MOVEMENT = (
     aten.cat.default, aten.concat.default, aten.view.default, aten.reshape.default, aten.flatten.using_ints,
+    aten.unflatten.int,
     aten.permute.default, aten.transpose.int, aten.t.default, aten.squeeze.dim, aten.squeeze.dims,
     aten.unsqueeze.default, aten.slice.Tensor, aten.select.int, aten.expand.default, aten.pad.default,
     aten.constant_pad_nd.default,
@@ -91,7 +98,7 @@ NPU_RULES: RuleTable = {
     aten.add.Tensor: _ADD,
     aten.sub.Tensor: _ADD,
     aten.mul.Tensor: Compute(),  # calibrated inputs: no clipping of either operand to a fixed range
-    aten.bmm.default: Compute(),
+    aten.bmm.default: _BATCH_MATMUL,
     aten.matmul.default: MatMul(),
     aten.mm.default: MatMul(),
     aten.relu.default: Compute(),
@@ -139,7 +146,7 @@ CPU_RULES: RuleTable = {
     aten.sub.Tensor: _ADD,  # cortex_m::quantized_add with the second operand's multiplier negated
     aten.mul.Tensor: Compute(),
     aten.div.Tensor: Compute(),  # cortex_m::quantized_div (a division by a constant became a mul earlier)
-    aten.bmm.default: Compute(),
+    aten.bmm.default: _BATCH_MATMUL,
     aten.matmul.default: MatMul(),
     aten.mm.default: MatMul(),
     aten.relu.default: Compute(),

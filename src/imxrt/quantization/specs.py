@@ -65,6 +65,20 @@ def activation_spec(qat: bool = False) -> QuantizationSpec:
     )
 
 
+def symmetric_activation_spec(qat: bool = False) -> QuantizationSpec:
+    """Per-tensor symmetric int8 (zero point 0): for the operands of a batch matmul, which Neutron's
+    BATCH_MATMUL takes only with zero points 0."""
+    observer = FakeQuantize.with_args(observer=FiniteMovingAverageMinMaxObserver) if qat else FiniteMinMaxObserver
+    return QuantizationSpec(
+        dtype=torch.int8,
+        quant_min=INT8_MIN,
+        quant_max=INT8_MAX,
+        qscheme=torch.per_tensor_symmetric,
+        is_dynamic=False,
+        observer_or_fake_quant_ctr=observer,
+    )
+
+
 def weight_spec(channel_axis: int, qat: bool = False, per_channel: bool = True) -> QuantizationSpec:
     """Symmetric int8 in [-127, 127]: one scale per output channel (axis ``channel_axis``), or one."""
     if per_channel:

@@ -1,5 +1,5 @@
 """Reductions over dims: mean.dim, sum.dim_IntList, amax, amin -> MEAN, SUM, REDUCE_MAX, REDUCE_MIN;
-and _softmax over the stored last axis -> SOFTMAX."""
+and _softmax -> SOFTMAX (over the stored last axis, TRANSPOSEs around it for another)."""
 
 from __future__ import annotations
 
@@ -60,14 +60,20 @@ class Reduce:
 
 
 def convert_softmax(ctx: LoweringContext, node: Node) -> None:
-    """_softmax(x, dim, half_to_float): TFLite's SOFTMAX works on the last stored axis; for rank 4 that
-    is the channel dim (NHWC), elsewhere the last dim."""
+    """_softmax(x, dim, half_to_float): TFLite's SOFTMAX works on the last stored axis (the channel dim of
+    an NHWC value, the last dim of any other); over another axis, a TRANSPOSE swaps it to the end and back
+    (a softmax over the width of an image)."""
     rank = len(edge_shape(node.args[0]))
-    if layout.stored_axis(int(node.args[1]), rank) != rank - 1:
-        raise UnsupportedForLiteRT(node, f"softmax over dim {node.args[1]}, not the channel / last dim")
+    axis = layout.stored_axis(int(node.args[1]), rank)
     x = ctx.tensor(node.args[0], node)
+    out = ctx.output(node)
+    swap = list(range(rank))
+    swap[axis], swap[-1] = swap[-1], swap[axis]  # its own inverse
+    moved = ctx.apply_steps(x, layout.permute_steps(x.shape, swap), out.sources)
     softmax = options(schema.SoftmaxOptionsT, beta=1.0)
-    ctx.emit_result("SOFTMAX", [x], ctx.output(node), softmax, quantization=SOFTMAX_OUTPUT)
+    result = ctx.activation_tensor(out.anchor.name + "_softmax", moved.shape, SOFTMAX_OUTPUT)
+    ctx.emit("SOFTMAX", [moved], [result], softmax, out.sources)
+    ctx.bind(out, ctx.apply_steps(result, layout.permute_steps(result.shape, swap), out.sources))
 
 
 MEAN = Reduce("MEAN")

@@ -1,5 +1,6 @@
 """Data movement: view / squeeze / unsqueeze / clone / copies -> RESHAPE or nothing; permute_copy ->
-TRANSPOSE composed with the layout; slice_copy -> SLICE; cat -> CONCATENATION. All keep qparams."""
+TRANSPOSE composed with the layout; slice_copy -> SLICE; select_copy -> SLICE and RESHAPE; cat ->
+CONCATENATION. All keep qparams."""
 
 from __future__ import annotations
 
@@ -56,6 +57,27 @@ def convert_permute(ctx: LoweringContext, node: Node) -> None:
     ctx.bind(out, ctx.apply_steps(x, steps, out.sources))
 
 
+def convert_select(ctx: LoweringContext, node: Node) -> None:
+    """select_copy(x, dim, index) -> SLICE of one element along the stored axis, then the view that drops
+    the dim (a RESHAPE, or a TRANSPOSE where the stored order changes with the rank)."""
+    shape = edge_shape(node.args[0])
+    rank = len(shape)
+    dim = int(node.args[1]) % rank
+    index = int(node.args[2]) % shape[dim]
+    x = ctx.tensor(node.args[0], node)
+    out = ctx.output(node)
+    axis = layout.stored_axis(dim, rank)
+    begin = [0] * rank
+    begin[axis] = index
+    size = list(x.shape)
+    size[axis] = 1
+    sliced_edge = tuple(1 if d == dim else n for d, n in enumerate(shape))
+    sliced = ctx.activation_tensor(out.anchor.name + "_slice", layout.stored_shape(sliced_edge), x.quantization)
+    inputs = [x, ctx.int32_constant("begin", begin), ctx.int32_constant("size", size)]
+    ctx.emit("SLICE", inputs, [sliced], None, out.sources)
+    ctx.bind(out, ctx.apply_steps(sliced, layout.view_steps(sliced_edge, out.edge_shape), out.sources))
+
+
 def convert_slice(ctx: LoweringContext, node: Node) -> None:
     """slice_copy(x, dim, start, end, step=1) -> SLICE on the stored axis."""
     shape = edge_shape(node.args[0])
@@ -76,28 +98,6 @@ def convert_slice(ctx: LoweringContext, node: Node) -> None:
     size[axis] = max(end - start, 0)
     inputs = [x, ctx.int32_constant("begin", begin), ctx.int32_constant("size", size)]
     ctx.emit_result("SLICE", inputs, out, quantization=x.quantization)
-
-
-def convert_select(ctx: LoweringContext, node: Node) -> None:
-    """select_copy(x, dim, index) -> SLICE of size 1 on the stored axis, then the RESHAPE (no kernel) that
-    drops it. SLICEs of one tensor later join into one SPLIT_V: a cell loop's ``x[:, t]`` is one kernel."""
-    shape = edge_shape(node.args[0])
-    rank = len(shape)
-    dim = int(node.args[1]) % rank
-    index = int(node.args[2]) % shape[dim]
-    x = ctx.tensor(node.args[0], node)
-    out = ctx.output(node)
-    axis = layout.stored_axis(dim, rank)
-    begin = [0] * rank
-    begin[axis] = index
-    size = list(x.shape)
-    size[axis] = 1
-    kept = list(shape)
-    kept[dim] = 1
-    piece = ctx.activation_tensor(f"{x.name}_selected", size, x.quantization)
-    inputs = [x, ctx.int32_constant("begin", begin), ctx.int32_constant("size", size)]
-    ctx.emit("SLICE", inputs, [piece], sources=out.sources)
-    ctx.bind(out, ctx.apply_steps(piece, layout.view_steps(tuple(kept), out.edge_shape), out.sources))
 
 
 def convert_cat(ctx: LoweringContext, node: Node) -> None:

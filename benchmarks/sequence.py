@@ -1,0 +1,28 @@
+"""The sequence models people deploy, compiled by imxrt and by ExecuTorch's upstream NXP pipeline, side by side.
+
+For each model of `_sequence_models.MODELS` (GRU and LSTM keyword spotters on MFCC frames, 1 and 2 layers,
+batch-first and time-major; the same recurrences as `GRUCell` / `LSTMCell` loops; a small ViT with
+`nn.MultiheadAttention` or hand-written matmul attention; random weights), both pipelines get the same module
+and calibration samples, and the row is `benchmarks/zoo.py`'s: NPU MAC fraction, NeutronBackend partitions,
+TRANSPOSEs in the partitions' LiteRT graphs, compute ops left on the CPU in float, compile seconds; for imxrt
+also the estimated latency, the SRAM total, how many random inputs every partition matched TFLM on bit for
+bit, and the largest .pte-vs-quantized-program difference in output LSBs. A model a pipeline refuses is a
+row with its error.
+
+    python benchmarks/sequence.py [--models gru1 vit_mha ...] [--inputs 20] [--side both|ours|upstream]
+"""
+
+from __future__ import annotations
+
+import sys
+
+import zoo  # noqa: I001  (first: it puts the test suite's checks on the path and quiets import logging)
+from _sequence_models import MODELS, build
+
+
+def main(argv=None) -> int:
+    return zoo.benchmark(__doc__.splitlines()[0], list(MODELS), build, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

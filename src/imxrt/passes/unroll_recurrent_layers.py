@@ -304,8 +304,9 @@ def _replace_outputs(gm: GraphModule, node: Node, steps: _Steps, outputs: _StepO
     gm.graph.erase_node(node)
 
 
-def _unroll_cell(gm: GraphModule, node: Node) -> bool:
-    """Unroll one GRU / LSTM cell call; False (left whole) for an unbatched one."""
+def _unroll_cell(gm: GraphModule, node: Node, projections: dict[tuple[str, Node], Node]) -> bool:
+    """Unroll one GRU / LSTM cell call; False (left whole) for an unbatched one. ``projections``: the input
+    projections made so far, per cell and sequence tensor (``_input_parts``)."""
     kind = _CELLS[node.target]
     x, state, *params = node.args
     params = [p for p in params if p is not None]
@@ -318,11 +319,8 @@ def _unroll_cell(gm: GraphModule, node: Node) -> bool:
         # the steps of one cell share W_hh, hence a name: one state scale and one set of constants
         steps = _Steps(gm, node, kind, _layer_name(node) if node.meta.get("nn_module_stack") else params[1].name)
         w_hh_nodes = [_cell_constant(steps, f"w_hh{i}", w) for i, w in enumerate(weights.w_hh_parts)]
-        if kind == "gru":  # two input projections, as the steps read r, z and n apart
-            x_rz = steps.linear(x, _cell_constant(steps, "w_irz", weights.w_ih[:2 * hidden]),
-                                _cell_constant(steps, "b_irz", weights.b_ih[:2 * hidden]))
-            x_n = steps.linear(x, _cell_constant(steps, "w_in", weights.w_ih[2 * hidden:]),
-                               _cell_constant(steps, "b_in", weights.b_ih[2 * hidden:]))
+        if kind == "gru":
+            x_rz, x_n = _input_parts(steps, x, weights, projections)
             h = None if is_zero(gm, state) else steps.initial_state(state, "h")
             b_hn = _cell_constant(steps, "b_hn", weights.b_hn)
             node.replace_all_uses_with(steps.gru_step(x_rz, x_n, h, *w_hh_nodes, b_hn, hidden))
@@ -330,14 +328,40 @@ def _unroll_cell(gm: GraphModule, node: Node) -> bool:
             h_in, c_in = state
             h, c = (None, None) if is_zero(gm, h_in) and is_zero(gm, c_in) else \
                 (steps.initial_state(h_in, "h"), steps.initial_state(c_in, "c"))
-            x_gates = steps.linear(x, _cell_constant(steps, "w_ih", weights.w_ih),
-                                   _cell_constant(steps, "b_ih", weights.b_ih))
+            (x_gates,) = _input_parts(steps, x, weights, projections)
             h, c = steps.lstm_step(x_gates, h, c, w_hh_nodes[0], hidden)
             for getter in list(node.users):
                 getter.replace_all_uses_with(h if getter.args[1] == 0 else c)
                 gm.graph.erase_node(getter)
     gm.graph.erase_node(node)
     return True
+
+
+def _input_parts(steps: _Steps, x: Node, weights: _LayerWeights, projections: dict[tuple[str, Node], Node]
+                 ) -> tuple[Node, ...]:
+    """A cell step's input part, as the steps read it (GRU: rz and n; LSTM: all four gates).
+
+    A cell loop reads ``x[:, t]`` of one [B, T, I] sequence: like a layer, one linear layer projects every
+    step's frame at once (made at the first step) and each step slices its part (the slices of one tensor
+    are one SPLIT_V kernel on the NPU), instead of one or two linear layers per step."""
+    hidden = weights.hidden
+    width = _GATES[steps.kind] * hidden
+    source = x.args[0] if x.target == aten.select.int else None
+    if source is None or source.meta["val"].dim() != 3 or x.args[1] % 3 != 1:
+        w_ih, b_ih = _cell_constant(steps, "w_ih", weights.w_ih), _cell_constant(steps, "b_ih", weights.b_ih)
+        gates = steps.linear(x, w_ih, b_ih)
+        return (steps.slice(gates, 0, 2 * hidden), steps.slice(gates, 2 * hidden, width)) \
+            if steps.kind == "gru" else (gates,)
+    batch, time = source.meta["val"].shape[:2]
+    key = (steps.name, source)
+    if key not in projections:
+        w_ih, b_ih = _cell_constant(steps, "w_ih", weights.w_ih), _cell_constant(steps, "b_ih", weights.b_ih)
+        projections[key] = steps.op(aten.view.default, steps.linear(source, w_ih, b_ih), [batch, time * width])
+    start = (x.args[2] % time) * width
+    flat = projections[key]
+    if steps.kind == "gru":
+        return steps.slice(flat, start, start + 2 * hidden), steps.slice(flat, start + 2 * hidden, start + width)
+    return (steps.slice(flat, start, start + width),)
 
 
 def _cell_constant(steps: _Steps, stem: str, value: torch.Tensor) -> Node:
@@ -359,11 +383,12 @@ class UnrollRecurrentLayersPass(PassBase):
 
     def call(self, gm: GraphModule) -> PassResult:
         modified = False
+        projections: dict[tuple[str, Node], Node] = {}
         for node in list(gm.graph.nodes):
             if node.op != "call_function":
                 continue
             if node.target in _SEQUENCES:
                 modified |= _unroll_sequence(gm, node)
             elif node.target in _CELLS:
-                modified |= _unroll_cell(gm, node)
+                modified |= _unroll_cell(gm, node, projections)
         return PassResult(finish(gm) if modified else gm, modified)

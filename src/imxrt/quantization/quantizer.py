@@ -35,8 +35,8 @@ _CONVS = (torch.ops.aten.conv1d.default, torch.ops.aten.conv2d.default)  # what 
 
 def _symmetric_outputs(graph: torch.fx.Graph, table: rules.RuleTable) -> set[Node]:
     """The values an op with ``symmetric_inputs`` reads, followed back through ops that share qparams to the
-    op (or model input) that sets them. A fixed-qparam producer (softmax) keeps its range: the NPU lowering
-    requantizes it."""
+    op (or model input) that sets them. A fixed-qparam producer (softmax) keeps its range: on NPU targets
+    ``RescaleBatchMatmulOperandsPass`` has put a ``mul`` by 1 between it and the bmm, which is what is found."""
     found: set[Node] = set()
     for node in graph.nodes:
         rule = rules.rule_for(table, node) if node.op == "call_function" else None

@@ -31,11 +31,11 @@ def _torchvision():
     return torchvision.models
 
 
-def _timm(name: str) -> nn.Module:
+def _timm(name: str, **kwargs) -> nn.Module:
     _torchvision()  # timm imports torchvision
     import timm
 
-    return timm.create_model(name, pretrained=False, num_classes=10)
+    return timm.create_model(name, pretrained=False, num_classes=10, **kwargs)
 
 
 class AudioCNN(nn.Module):
@@ -150,6 +150,9 @@ FAMILIES: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], str]] = {
     "ghostnet": (lambda: _timm("ghostnet_050"), IMAGE, "timm"),
     "lcnet": (lambda: _timm("lcnet_050"), IMAGE, "timm"),
     "regnet": (lambda: _timm("regnetx_002"), IMAGE, "timm"),
+    # attention in a CNN (MobileViT: unfolded patches, transformer blocks, LayerNorm, SiLU) and a plain ViT
+    "mobilevit": (lambda: _timm("mobilevit_xxs"), IMAGE, "timm"),
+    "vit_tiny": (lambda: _timm("vit_tiny_patch16_224", img_size=IMAGE[-1]), IMAGE, "timm"),
     "audio_cnn_1d": (AudioCNN, (1, 1, 16000), "here"),
     "temporal_cnn_mfcc": (TemporalCNN, (1, 40, 101), "here"),
     "unet": (UNet, IMAGE, "here"),

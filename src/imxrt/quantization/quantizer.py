@@ -106,7 +106,7 @@ class ImxrtQuantizer(Quantizer):
     def _annotate(self, node: Node, rule: rules.Rule) -> None:
         """Annotate ``node`` (and a fused activation after it)."""
         act = specs.activation_spec(self.qat)
-        symmetric = specs.symmetric_activation_spec(self.qat)
+        symmetric = specs.activation_spec(self.qat, symmetric=True)
         inputs = _tensor_inputs(node)
         in_spec = lambda arg: self._input_spec(arg, symmetric if arg in self._symmetric else act)  # noqa: E731
         fused = self._fusable_user(node)

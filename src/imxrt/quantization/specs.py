@@ -51,29 +51,16 @@ class FiniteMovingAverageMinMaxObserver(_FiniteValues, MovingAverageMinMaxObserv
     """MovingAverageMinMaxObserver over the finite values."""
 
 
-def activation_spec(qat: bool = False) -> QuantizationSpec:
+def activation_spec(qat: bool = False, symmetric: bool = False) -> QuantizationSpec:
     """Per-tensor asymmetric int8, calibrated by min/max of the finite values (TFLite's converter does the
-    same)."""
+    same); ``symmetric``: zero point 0, for the operands of a batch matmul, which Neutron's BATCH_MATMUL
+    takes only with zero points 0."""
     observer = FakeQuantize.with_args(observer=FiniteMovingAverageMinMaxObserver) if qat else FiniteMinMaxObserver
     return QuantizationSpec(
         dtype=torch.int8,
         quant_min=INT8_MIN,
         quant_max=INT8_MAX,
-        qscheme=torch.per_tensor_affine,
-        is_dynamic=False,
-        observer_or_fake_quant_ctr=observer,
-    )
-
-
-def symmetric_activation_spec(qat: bool = False) -> QuantizationSpec:
-    """Per-tensor symmetric int8 (zero point 0): for the operands of a batch matmul, which Neutron's
-    BATCH_MATMUL takes only with zero points 0."""
-    observer = FakeQuantize.with_args(observer=FiniteMovingAverageMinMaxObserver) if qat else FiniteMinMaxObserver
-    return QuantizationSpec(
-        dtype=torch.int8,
-        quant_min=INT8_MIN,
-        quant_max=INT8_MAX,
-        qscheme=torch.per_tensor_symmetric,
+        qscheme=torch.per_tensor_symmetric if symmetric else torch.per_tensor_affine,
         is_dynamic=False,
         observer_or_fake_quant_ctr=observer,
     )

@@ -13,6 +13,7 @@ from torch.fx import Node
 from imxrt.npu.litert import layout, qdq
 from imxrt.npu.litert.context import LoweringContext, edge_shape
 from imxrt.npu.litert.errors import UnsupportedForLiteRT
+from imxrt.npu.litert.ir import Tensor
 
 _LINEAR = exir_ops.edge.aten.linear.default
 
@@ -67,15 +68,9 @@ def convert_select(ctx: LoweringContext, node: Node) -> None:
     index = int(node.args[2]) % shape[dim]
     x = ctx.tensor(node.args[0], node)
     out = ctx.output(node)
-    axis = layout.stored_axis(dim, rank)
-    begin = [0] * rank
-    begin[axis] = index
-    size = list(x.shape)
-    size[axis] = 1
     sliced_edge = tuple(1 if d == dim else n for d, n in enumerate(shape))
     sliced = ctx.activation_tensor(out.anchor.name + "_slice", layout.stored_shape(sliced_edge), x.quantization)
-    inputs = [x, ctx.int32_constant("begin", begin), ctx.int32_constant("size", size)]
-    ctx.emit("SLICE", inputs, [sliced], None, out.sources)
+    ctx.emit("SLICE", _slice_operands(ctx, x, layout.stored_axis(dim, rank), index, 1), [sliced], None, out.sources)
     ctx.bind(out, ctx.apply_steps(sliced, layout.view_steps(sliced_edge, out.edge_shape), out.sources))
 
 
@@ -92,13 +87,17 @@ def convert_slice(ctx: LoweringContext, node: Node) -> None:
     start, end, _ = slice(start, end).indices(shape[dim])
     x = ctx.tensor(node.args[0], node)
     out = ctx.output(node)
-    axis = layout.stored_axis(dim, rank)
-    begin = [0] * rank
+    inputs = _slice_operands(ctx, x, layout.stored_axis(dim, rank), start, max(end - start, 0))
+    ctx.emit_result("SLICE", inputs, out, quantization=x.quantization)
+
+
+def _slice_operands(ctx: LoweringContext, x: Tensor, axis: int, start: int, length: int) -> list[Tensor]:
+    """SLICE's inputs cutting ``length`` elements from ``start`` along stored ``axis`` of ``x``."""
+    begin = [0] * len(x.shape)
     begin[axis] = start
     size = list(x.shape)
-    size[axis] = max(end - start, 0)
-    inputs = [x, ctx.int32_constant("begin", begin), ctx.int32_constant("size", size)]
-    ctx.emit_result("SLICE", inputs, out, quantization=x.quantization)
+    size[axis] = length
+    return [x, ctx.int32_constant("begin", begin), ctx.int32_constant("size", size)]
 
 
 def convert_cat(ctx: LoweringContext, node: Node) -> None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 import torch
 from torch._guards import detect_fake_mode
 from torch.fx import GraphModule, Node
+from torch.fx.operator_schemas import normalize_function
+from torch.fx.passes.infra.pass_base import PassResult
 from torch.utils._pytree import tree_leaves, tree_map
 
 
@@ -73,6 +76,27 @@ def set_layer_parameters(gm: GraphModule, layer: Node, stem: str, weight: torch.
     else:
         args.append(bias_node)
     layer.args = tuple(args)
+
+
+def arguments_by_name(node: Node) -> dict:
+    """A call's arguments by their schema names, defaults filled in (positional or keyword alike)."""
+    return normalize_function(node.target, tuple(node.args), dict(node.kwargs),
+                              normalize_to_only_use_kwargs=True).kwargs
+
+
+def shape_of(node: object) -> list[int] | None:
+    """The shape of a node's tensor value, or None when ``node`` is not a node holding one."""
+    value = node.meta.get("val") if isinstance(node, Node) else None
+    return list(value.shape) if isinstance(value, torch.Tensor) else None
+
+
+def rewrite_to_fixpoint(gm: GraphModule, rewrite_one: Callable[[GraphModule], bool]) -> PassResult:
+    """Apply ``rewrite_one`` (one rewrite, True when it made one) until it makes none; each rewrite may
+    expose the next (a sunk node meets its next reader)."""
+    modified = False
+    while rewrite_one(gm):
+        modified = True
+    return PassResult(finish(gm) if modified else gm, modified)
 
 
 def finish(gm: GraphModule) -> GraphModule:

@@ -12,10 +12,9 @@ from collections.abc import Callable
 
 import torch
 from torch.fx import GraphModule, Node
-from torch.fx.operator_schemas import normalize_function
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import add_constant, call, constant_value, finish
+from imxrt.passes._graph import add_constant, arguments_by_name, call, constant_value, finish
 
 aten = torch.ops.aten
 
@@ -70,8 +69,7 @@ class Convert1dOpsTo2dPass(PassBase):
         for node in list(gm.graph.nodes):
             if node.op != "call_function" or node.target not in _TO_2D or node.args[0].meta["val"].dim() != 3:
                 continue
-            arguments = normalize_function(node.target, tuple(node.args), dict(node.kwargs),
-                                           normalize_to_only_use_kwargs=True).kwargs
+            arguments = arguments_by_name(node)
             with gm.graph.inserting_before(node):
                 source = arguments.pop("input") if "input" in arguments else arguments.pop("self")
                 x = call(gm, aten.unsqueeze.default, (source, 2), like=node)

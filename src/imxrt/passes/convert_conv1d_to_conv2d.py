@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import torch
 from torch.fx import GraphModule, Node
-from torch.fx.operator_schemas import normalize_function
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import add_constant, constant_value, finish
+from imxrt.passes._graph import add_constant, arguments_by_name, constant_value, finish
 
 aten = torch.ops.aten
 
@@ -61,8 +60,7 @@ class ConvertConv1dToConv2dPass(PassBase):
 
     @staticmethod
     def _rewrite(gm: GraphModule, node: Node, weight: torch.Tensor) -> None:
-        arguments = normalize_function(node.target, tuple(node.args), dict(node.kwargs),
-                                       normalize_to_only_use_kwargs=True).kwargs
+        arguments = arguments_by_name(node)
         one_d = node.target in (aten.conv1d.default, aten.conv1d.padding)
         rank = weight.dim() - 2
         kernel = list(weight.shape[2:])

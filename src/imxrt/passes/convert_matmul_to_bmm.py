@@ -17,7 +17,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import call, finish
+from imxrt.passes._graph import call, finish, shape_of
 
 aten = torch.ops.aten
 
@@ -37,11 +37,6 @@ def _from_constants(node: Node) -> bool:
     return True
 
 
-def _shape(node: object) -> list[int] | None:
-    value = node.meta.get("val") if isinstance(node, Node) else None
-    return list(value.shape) if isinstance(value, torch.Tensor) else None
-
-
 class ConvertMatmulToBmmPass(PassBase):
     """Ensures: no ``matmul`` / ``mm`` of two rank >= 2 activations remains."""
 
@@ -51,7 +46,7 @@ class ConvertMatmulToBmmPass(PassBase):
             if node.op != "call_function" or node.target not in (aten.matmul.default, aten.mm.default):
                 continue
             a, b = node.args[:2]
-            a_shape, b_shape = _shape(a), _shape(b)
+            a_shape, b_shape = shape_of(a), shape_of(b)
             if a_shape is None or b_shape is None or len(a_shape) < 2 or len(b_shape) < 2:
                 continue
             if len(b_shape) == 2 and _from_constants(b):

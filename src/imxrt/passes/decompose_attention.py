@@ -22,23 +22,10 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import add_constant, call, constant_value, finish
+from imxrt.passes._graph import add_constant, arguments_by_name, call, constant_value, finish, shape_of
 
 aten = torch.ops.aten
 _SDPA = aten.scaled_dot_product_attention.default
-_PARAMETERS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
-_DEFAULTS = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False}
-
-
-def _arguments(node: Node) -> dict:
-    bound = dict(_DEFAULTS)
-    bound.update(zip(_PARAMETERS, node.args, strict=False))
-    bound.update(node.kwargs)
-    return bound
-
-
-def _shape(node: Node) -> list[int]:
-    return list(node.meta["val"].shape)
 
 
 def _decomposable(arguments: dict) -> bool:
@@ -47,7 +34,7 @@ def _decomposable(arguments: dict) -> bool:
         return False
     if isinstance(mask, Node) and mask.meta["val"].dtype == torch.bool:
         return False
-    shapes = [_shape(n) for n in (q, k, v)]
+    shapes = [shape_of(n) for n in (q, k, v)]
     return len({len(s) for s in shapes}) == 1 and len(shapes[0]) >= 3 and shapes[0][:-2] == shapes[1][:-2] \
         == shapes[2][:-2]
 
@@ -75,7 +62,7 @@ class DecomposeAttentionPass(PassBase):
         for node in list(gm.graph.nodes):
             if node.op != "call_function" or node.target != _SDPA:
                 continue
-            arguments = _arguments(node)
+            arguments = arguments_by_name(node)
             if not _decomposable(arguments):
                 continue
             with gm.graph.inserting_before(node):
@@ -88,7 +75,7 @@ class DecomposeAttentionPass(PassBase):
     @staticmethod
     def _decompose(gm: GraphModule, node: Node, arguments: dict) -> Node:
         q, k, v, mask = (arguments[name] for name in ("query", "key", "value", "attn_mask"))
-        (*batch, length, embed), source, value_embed = _shape(q), _shape(k)[-2], _shape(v)[-1]
+        (*batch, length, embed), source, value_embed = shape_of(q), shape_of(k)[-2], shape_of(v)[-1]
         batches = math.prod(batch)
         scale = arguments["scale"] if arguments["scale"] is not None else 1.0 / math.sqrt(embed)
         q3 = call(gm, aten.reshape.default, (q, [batches, length, embed]), like=node)

@@ -36,7 +36,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import add_constant, call, finish
+from imxrt.passes._graph import add_constant, arguments_by_name, call, finish
 
 aten = torch.ops.aten
 
@@ -95,10 +95,8 @@ class DecomposeLayerNormPass(PassBase):
 
 def _layer_norm_arguments(node: Node) -> tuple:
     """(input, normalized_shape, weight, bias, eps) of an ``aten.layer_norm`` call, defaults filled in."""
-    names = ("input", "normalized_shape", "weight", "bias", "eps")
-    defaults = (None, None, None, None, 1e-5)
-    return tuple(node.args[i] if len(node.args) > i else node.kwargs.get(name, default)
-                 for i, (name, default) in enumerate(zip(names, defaults, strict=True)))
+    arguments = arguments_by_name(node)
+    return tuple(arguments[name] for name in ("input", "normalized_shape", "weight", "bias", "eps"))
 
 
 def _only_output_used(node: Node) -> bool:

@@ -21,7 +21,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import call, finish
+from imxrt.passes._graph import call, rewrite_to_fixpoint, shape_of
 from imxrt.quantization.rules import is_pointwise_unary
 
 aten = torch.ops.aten
@@ -30,16 +30,11 @@ _BINARY = (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.div.Tensor)
 _SOFTMAX = (aten.softmax.int, aten._softmax.default)
 
 
-def _shape(node: object) -> list[int] | None:
-    value = node.meta.get("val") if isinstance(node, Node) else None
-    return list(value.shape) if isinstance(value, torch.Tensor) else None
-
-
 def _is_batch_view(node: Node) -> bool:
     """A view of a rank-3 ``[P, M, N]`` value as ``[b1, ..., bk, M, N]`` (k > 1, b1·...·bk = P)."""
     if node.op != "call_function" or node.target not in _VIEWS:
         return False
-    before, after = _shape(node.args[0]), _shape(node)
+    before, after = shape_of(node.args[0]), shape_of(node)
     return before is not None and after is not None and len(before) == 3 and len(after) > 3 \
         and after[-2:] == before[-2:] and math.prod(after[:-2]) == before[0]
 
@@ -47,7 +42,7 @@ def _is_batch_view(node: Node) -> bool:
 def _is_scalar(arg: object) -> bool:
     if isinstance(arg, (int, float)):
         return True
-    shape = _shape(arg)
+    shape = shape_of(arg)
     return shape is not None and math.prod(shape) == 1 and len(shape) <= 1
 
 
@@ -59,7 +54,7 @@ def _sinkable(user: Node, view: Node) -> bool:
     if user.target in _BINARY:
         return any(a is view for a in user.args[:2]) and all(a is view or _is_scalar(a) for a in user.args[:2])
     if user.target in _SOFTMAX:
-        return user.args[0] is view and int(user.args[1]) % len(_shape(view)) == len(_shape(view)) - 1
+        return user.args[0] is view and int(user.args[1]) % len(shape_of(view)) == len(shape_of(view)) - 1
     return False
 
 
@@ -68,10 +63,7 @@ class SinkBatchViewsPass(PassBase):
     a last-dim softmax or another view."""
 
     def call(self, gm: GraphModule) -> PassResult:
-        modified = False
-        while self._rewrite_one(gm):
-            modified = True
-        return PassResult(finish(gm) if modified else gm, modified)
+        return rewrite_to_fixpoint(gm, self._rewrite_one)
 
     @staticmethod
     def _rewrite_one(gm: GraphModule) -> bool:
@@ -82,7 +74,7 @@ class SinkBatchViewsPass(PassBase):
             for user in list(view.users):
                 if user.op == "call_function" and user.target in _VIEWS and user.args[0] is view:
                     # view of a view: one view from the rank-3 value, or none when it restores its shape
-                    if _shape(user) == _shape(source):
+                    if shape_of(user) == shape_of(source):
                         replacement = source
                     else:
                         with gm.graph.inserting_before(user):
@@ -93,7 +85,7 @@ class SinkBatchViewsPass(PassBase):
                         args = (source, -1, *args[2:])
                     with gm.graph.inserting_before(user):
                         inner = call(gm, user.target, args, like=user, kwargs=dict(user.kwargs))
-                        replacement = call(gm, view.target, (inner, _shape(user)), like=view)
+                        replacement = call(gm, view.target, (inner, shape_of(user)), like=view)
                 else:
                     continue
                 user.replace_all_uses_with(replacement)

@@ -20,7 +20,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import call, finish
+from imxrt.passes._graph import call, rewrite_to_fixpoint
 from imxrt.quantization.rules import is_pointwise_unary
 
 aten = torch.ops.aten
@@ -79,10 +79,7 @@ class SinkSqueezePass(PassBase):
     elementwise op or a mean, and no unsqueeze undoes a squeeze."""
 
     def call(self, gm: GraphModule) -> PassResult:
-        modified = False
-        while self._rewrite_one(gm):
-            modified = True
-        return PassResult(finish(gm) if modified else gm, modified)
+        return rewrite_to_fixpoint(gm, self._rewrite_one)
 
     @staticmethod
     def _rewrite_one(gm: GraphModule) -> bool:

@@ -330,7 +330,8 @@ def _account(edge_manager, result: UpstreamResult) -> None:
 # ----------------------------------------------------------------------------------------------------
 
 
-def _one_line(stage: str, exc: BaseException) -> str:
+def error_line(stage: str, exc: BaseException) -> str:
+    """The first line of an exception, prefixed with the stage that raised it (300 characters at most)."""
     text = str(exc).strip().splitlines()
     msg = text[0] if text else ""
     line = f"{stage}: {type(exc).__name__}" + (f": {msg}" if msg else "")
@@ -445,7 +446,7 @@ def run_upstream(
             _ = et.buffer
             result.seconds["serialize"] = time.perf_counter() - t
     except Exception as exc:  # upstream failures must not crash the benchmark
-        result.error = _one_line(stage, exc)
+        result.error = error_line(stage, exc)
     return result
 
 

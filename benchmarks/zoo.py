@@ -47,13 +47,6 @@ def _samples(shape: tuple[int, ...], count: int, seed: int) -> list[tuple[torch.
     return [(torch.randn(shape, generator=generator),) for _ in range(count)]
 
 
-def _error_line(stage: str, exc: Exception) -> str:
-    """The first line of an exception, prefixed with the stage that raised it (as upstream's rows give it)."""
-    lines = str(exc).strip().splitlines()
-    line = f"{stage}: {type(exc).__name__}" + (f": {lines[0]}" if lines else "")
-    return line if len(line) <= 300 else line[:297] + "..."
-
-
 def run_ours(model, calibration, checks: list) -> dict:
     """imxrt's row; a compile the compiler refuses (or a check that raises) is a row with the error."""
     import program_checks
@@ -69,7 +62,7 @@ def run_ours(model, calibration, checks: list) -> dict:
         lsb = max((max(program_checks.output_differences_lsb(result, inputs, model)) for inputs in checks[:3]),
                   default=float("nan"))
     except Exception as exc:  # one model's failure is that model's row, not the end of the benchmark
-        return {"error": _error_line(stage, exc), "seconds": time.perf_counter() - start}
+        return {"error": upstream_nxp.error_line(stage, exc), "seconds": time.perf_counter() - start}
     summary = result.report["summary"]
     return {
         "mac": summary["npu_mac_fraction"], "partitions": summary["partitions"],

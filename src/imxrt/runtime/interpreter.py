@@ -169,6 +169,10 @@ class Interpreter:
     def _kernel_step(self, step: int, instruction: schema.KernelCall) -> Callable[[], int]:
         kernel = self.kernels[instruction.op_index]
         indices = tuple(instruction.args)
+        problem = kernel.check(list(indices), self.program.plan.values)  # before anything runs
+        if problem:
+            raise BadFile(self.program.name, f"instruction {step} calls {kernel.name} but {problem}; the file is "
+                                             "not a program the compiler writes")
         following, values = step + 1, self.values
         written = [indices[p] for p in kernel.written
                    if not kernel.stores_result and p < len(indices) and indices[p] in self.layouts]

@@ -25,7 +25,7 @@ from executorch.exir import schema
 
 from imxrt.cpu import ops as cortex_m_ops  # registers cortex_m::* and their .out kernels
 from imxrt.errors import BadFile
-from imxrt.runtime import portable
+from imxrt.runtime import allowlist, portable
 from imxrt.runtime.memory import TORCH_DTYPES
 
 _MEMORY_FORMATS = [torch.contiguous_format, torch.preserve_format, torch.channels_last, torch.channels_last_3d]
@@ -115,24 +115,33 @@ SPECIAL.update({f"cortex_m::{op.name}.out": cortex_m_ops.out_kernel(op) for op i
 PREPARED: dict[str, tuple[Callable, tuple[int, ...]]] = {
     f"cortex_m::{op.name}.out": (op.prepare, op.data) for op in cortex_m_ops.OPS if op.prepare is not None}
 
+def _int64(fn: Callable) -> Callable:
+    """A scalar op as the device computes it: ints wrap at 64 bits (Python's would grow without bound in
+    a loop a file can write), and a zero divisor is an error, not a Python exception of another kind."""
+
+    def call(*args):
+        if fn in (operator.floordiv, operator.truediv, operator.mod) and args[1] == 0:
+            raise ValueError(f"{fn.__name__} by zero")
+        result = fn(*args)
+        if isinstance(result, int) and not isinstance(result, bool):
+            result = (result + (1 << 63)) % (1 << 64) - (1 << 63)
+        return result
+
+    return call
+
+
 # executorch_prim scalar ops (symbolic shape arithmetic) without a torch schema: plain Python operators.
 _SCALAR_OPS: dict[str, Callable] = {
-    "executorch_prim::add.Scalar": operator.add,
-    "executorch_prim::sub.Scalar": operator.sub,
-    "executorch_prim::mul.Scalar": operator.mul,
-    "executorch_prim::floordiv.Scalar": operator.floordiv,
-    "executorch_prim::truediv.Scalar": operator.truediv,
-    "executorch_prim::mod.Scalar": operator.mod,
-    "executorch_prim::eq.Scalar": operator.eq,
-    "executorch_prim::gt.Scalar": operator.gt,
-    "executorch_prim::lt.Scalar": operator.lt,
-    "executorch_prim::ge.Scalar": operator.ge,
-    "executorch_prim::le.Scalar": operator.le,
-    "executorch_prim::neg.Scalar": operator.neg,
+    f"executorch_prim::{name}.Scalar": _int64(getattr(operator, name))
+    for name in ("add", "sub", "mul", "floordiv", "truediv", "mod", "eq", "gt", "lt", "ge", "le", "neg")
+} | {
     "executorch_prim::sym_size.int": lambda tensor, dim: tensor.size(dim),
     "executorch_prim::sym_numel.default": lambda tensor: tensor.numel(),
 }
 _SCALAR_ARITY = {"executorch_prim::neg.Scalar": 1, "executorch_prim::sym_numel.default": 1}
+_ET_VIEW = "executorch_prim::et_view.default"
+# The operators the runtime implements itself; every other name must be in ``allowlist.allowed_operators()``.
+OWN_OPERATORS = frozenset({*_SCALAR_OPS, _ET_VIEW})
 
 
 # CMSIS-NN work buffers: the stock cortex_m schemas declare them without (a!), but the kernel writes them,
@@ -164,6 +173,14 @@ class Kernel:
     stores_result: bool = False  # the op returns a new value (a view, a scalar) instead of writing an out
     prepare: Callable | None = None  # (args, **kwargs) -> the call, for values that stay the same objects
     data: tuple[int, ...] = ()  # with ``prepare``: positions whose values may change between calls
+    op_schema: torch.FunctionSchema | None = None  # None for the runtime's own scalar ops and et_view
+
+    def check(self, args: list[int], values: list[schema.EValue]) -> str | None:
+        """What is wrong with calling this kernel on the program values ``args``, or None."""
+        if self.op_schema is None:
+            expected = len(self.arguments) + 1
+            return None if len(args) == expected else f"passes {len(args)} values, it takes {expected}"
+        return allowlist.check_call(self.op_schema, self.written, args, values)
 
     def bind(self, values: list[object], prepare: bool = False) -> Callable[[], object]:
         """The call with these argument values, converted now, once; with ``prepare`` (the caller has checked
@@ -219,23 +236,24 @@ def _converter(argument_type) -> Callable:
 
 
 def resolve(op: schema.Operator, program_name: str) -> Kernel:
-    """The kernel for ``op``; an operator torch does not know is a ``BadFile`` naming it."""
+    """The kernel for ``op``; an operator outside ``allowlist.allowed_operators()`` is a ``BadFile`` naming it."""
     name = qualified_name(op)
     if name in _SCALAR_OPS:
         arity = _SCALAR_ARITY.get(name, 2)
         arguments = tuple(Argument(f"a{i}", False, _identity) for i in range(arity))
         return Kernel(name, _SCALAR_OPS[name], arguments, written=(arity,), stores_result=True)
-    if name == "executorch_prim::et_view.default":
+    if name == _ET_VIEW:
         arguments = (Argument("self", False, _identity), Argument("size", False, _identity))
         return Kernel(name, _et_view, arguments, written=(2,), stores_result=True)
-    namespace, _, op_name = op.name.partition("::")
-    try:
-        packet = getattr(getattr(torch.ops, namespace), op_name)
-        overload = getattr(packet, op.overload or "default")
-    except (AttributeError, RuntimeError):
+    if name not in allowlist.allowed_operators():  # the only way from a file's names to torch.ops
         raise BadFile(program_name, f"calls operator {name}, which the host runtime does not have; "
                                     "only portable ExecuTorch ops, quantize/dequantize, cortex_m ops and "
-                                    "NeutronBackend delegates run on the host") from None
+                                    "NeutronBackend delegates run on the host")
+    namespace, _, op_name = op.name.partition("::")
+    try:
+        overload = getattr(getattr(getattr(torch.ops, namespace), op_name), op.overload or "default")
+    except (AttributeError, RuntimeError):  # listed for the device, not registered with torch (et_copy::*)
+        raise BadFile(program_name, f"calls operator {name}, which the host runtime cannot run") from None
     op_schema = overload._schema
     # A custom op's schema stores ScalarType as int (cortex_m's ``dtype``); torch's dispatcher converted it,
     # a direct call must.
@@ -249,4 +267,4 @@ def resolve(op: schema.Operator, program_name: str) -> Kernel:
     fn = SPECIAL.get(name, overload)
     if namespace in _CPP_KERNEL_NAMESPACES and name not in SPECIAL:
         fn = _dense_operands(fn)
-    return Kernel(name, fn, arguments, tuple(written), prepare=prepare, data=data)
+    return Kernel(name, fn, arguments, tuple(written), prepare=prepare, data=data, op_schema=op_schema)

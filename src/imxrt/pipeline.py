@@ -52,6 +52,7 @@ from imxrt.passes.int8_io import IO_CHOICES, make_io_int8
 from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
 from imxrt.profiling.etrecord import etrecord_bytes
 from imxrt.profiling.instructions import EDGE_NAME, instruction_table
+from imxrt.profiling.provenance import trim_history
 from imxrt.quantization import ImxrtQuantizer, calibrate
 from imxrt.report import html as report_html
 from imxrt.report import placement
@@ -382,6 +383,7 @@ def lower(
     ``to_edge_transform_and_lower``, whose per-node decomposition filter costs two more decomposition
     passes over the whole graph (about half of this stage's time on MobileNetV2)."""
     keep = ops_to_keep_whole(quantized)
+    trim_history(quantized.graph)  # to_edge's retraces copy each node's provenance: keep what ExecuTorch reads
 
     def edge_program() -> EdgeProgramManager:
         return to_edge(

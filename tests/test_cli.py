@@ -97,13 +97,11 @@ def test_missing_source_file(tmp_path, capsys):
 
 def test_compile_writes_pte_report_and_partition_and_says_it_calibrated_on_examples(tmp_path, caplog):
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "npu").mkdir()
-    (out / "npu" / "partition_7.tflite").write_bytes(b"stale")
     status = main(["compile", str(_write(tmp_path, TINY)), "--target", "imxrt700", "-o", str(out), "--quiet"])
     assert status == 0
     assert "calibrating on the example inputs" in caplog.text
-    assert sorted(p.name for p in out.iterdir()) == ["model.etrecord", "model.pte", "npu", "report.html", "report.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".imxrt-manifest.json", "model.etrecord", "model.pte", "npu",
+                                                     "report.html", "report.json"]
     assert [p.name for p in (out / "npu").iterdir()] == ["partition_0.tflite"]
     report = json.loads((out / "report.json").read_text())
     assert report["summary"]["partitions"] == 1 and report["summary"]["npu_mac_fraction"] == 1.0

@@ -138,6 +138,7 @@ def _targets() -> int:
 def _compile(args: argparse.Namespace) -> int:
     from imxrt.memory.report import summary_lines as memory_lines
     from imxrt.npu.compilers.eiq import NeutronConverterFailed
+    from imxrt.output_folder import check_writable
     from imxrt.pipeline import CompileOptions, compile, keep_failed_partition
     from imxrt.report.placement import summary_lines
     from imxrt.source import load_source
@@ -146,6 +147,7 @@ def _compile(args: argparse.Namespace) -> int:
     target = get_target(args.target, args.isa)  # before any slow work: a typo fails at once
     if args.calibration_samples is not None and args.calibration_samples < 1:
         raise BadOption("--calibration-samples", args.calibration_samples, "a positive number")
+    check_writable(args.output)  # a folder we must not or cannot write fails before minutes of compiling
     source = load_source(args.source)
     options = CompileOptions(
         neutron_compiler=args.neutron_compiler,
@@ -223,6 +225,18 @@ def read_io(path: Path) -> dict:
     return io
 
 
+def paired_report(pte: Path, report: Path | None) -> Path:
+    """The report.json compiled with ``pte``: ``report`` (--report) as given, else the one beside the .pte, which
+    must be the one its folder's manifest pairs with it (a .pte copied in, or a compile replacing the folder's
+    files, would pair two compiles' files)."""
+    from imxrt.output_folder import check_pair
+
+    if report is not None:
+        return report
+    check_pair(pte, pte.parent / "report.json")
+    return pte.parent / "report.json"
+
+
 def _header(args: argparse.Namespace) -> int:
     from imxrt import firmware
     from imxrt.errors import BadFile
@@ -231,7 +245,7 @@ def _header(args: argparse.Namespace) -> int:
         pte = args.pte.read_bytes()
     except OSError as e:
         raise BadFile(str(args.pte), f"cannot be read ({e.strerror or e}); give the .pte imxrt compile wrote") from None
-    io = read_io(args.report or args.pte.parent / "report.json")
+    io = read_io(paired_report(args.pte, args.report))
     paths = firmware.write(args.output or args.pte.parent, pte, io, args.name)
     print(f"wrote {paths[0]} and {paths[1]} ({len(pte):,} program bytes)")
     return 0
@@ -279,16 +293,17 @@ def _run(args: argparse.Namespace) -> int:
             raise BadFile(str(path), "no such file") from None
         except (OSError, ValueError) as e:
             raise BadFile(str(path), f"is not a .npy array ({str(e).strip().splitlines()[0]})") from None
+    report = paired_report(args.pte, args.report) if args.quantize_inputs or args.etdump is not None else None
     if args.quantize_inputs:
         from imxrt.runtime.inputs import quantize_inputs
 
-        inputs = quantize_inputs(inputs, read_io(args.report or args.pte.parent / "report.json")["inputs"])
+        inputs = quantize_inputs(inputs, read_io(report)["inputs"])
     program = load(args.pte, check_plan=args.check_plan)
     outputs = program.forward(*inputs)
     if args.etdump is not None:
         from imxrt.profiling.etdump import write_etdump
 
-        write_etdump(args.etdump, program.file, args.report or args.pte.parent / "report.json")
+        write_etdump(args.etdump, program.file, report)
     if args.output_dir is not None:
         args.output_dir.mkdir(parents=True, exist_ok=True)
     for index, output in enumerate(outputs):

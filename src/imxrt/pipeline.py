@@ -9,9 +9,6 @@ import dataclasses
 import itertools
 import json
 import logging
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
@@ -30,7 +27,7 @@ from torch.export import ExportedProgram
 from torchao.quantization.pt2e import move_exported_model_to_eval, move_exported_model_to_train
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
 
-from imxrt import firmware
+from imxrt import firmware, output_folder
 from imxrt.cpu import ops as cortex_m_ops
 from imxrt.cpu.lowering import lower_to_cortex_m
 from imxrt.errors import BadModel, BadOption, CompilerBug, ImxrtError
@@ -107,62 +104,37 @@ class CompileResult:
     def save(self, output: str | Path, c_header: bool = False) -> None:
         """Write ``model.pte``, ``model.etrecord``, ``report.json``, ``report.html``, ``npu/partition_<i>.tflite``
         and the converter's dumps into the folder ``output`` (with ``c_header``, also ``model_pte.h``/``.c``:
-        the program as a C array, ``imxrt.firmware``).
+        the program as a C array, ``imxrt.firmware``), and ``.imxrt-manifest.json``: each file's size and sha256.
 
-        Everything goes into a temporary folder beside it first and is moved into place at the end: a
-        failure leaves nothing half-written. A previous compile's ``npu/`` folder and kernel selection code
-        are replaced whole."""
-        output = Path(output).resolve()
-        output.parent.mkdir(parents=True, exist_ok=True)
-        if output.exists() and not output.is_dir():
-            raise BadOption("-o", str(output), "a folder path (it names an existing file)")
-        staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
-        umask = os.umask(0)
-        os.umask(umask)
-        staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; the output folder is an ordinary one
-        try:
-            (staging / "model.pte").write_bytes(self.pte)
-            if self.etrecord is not None:
-                (staging / "model.etrecord").write_bytes(etrecord_bytes(self.etrecord))
-            (staging / "report.json").write_text(json.dumps(self.report, indent=2, sort_keys=True) + "\n")
-            (staging / "report.html").write_text(report_html.render(self.report), encoding="utf-8")
-            if c_header:
-                header, source = firmware.render(self.pte, self.io)
-                (staging / "model_pte.h").write_text(header, encoding="ascii")
-                (staging / "model_pte.c").write_text(source, encoding="ascii")
-            (staging / "npu").mkdir()
-            for index, tflite in enumerate(self.partitions):
-                (staging / "npu" / f"partition_{index}.tflite").write_bytes(tflite)
-            for name, data in sorted(self.npu_files.items()):
-                (staging / name).write_bytes(data)
-            if not output.exists():
-                staging.rename(output)
-                return
-            if (output / "npu").exists():
-                shutil.rmtree(output / "npu")
-            for stale in output.glob(CONVERTER_DUMPS):
-                stale.unlink()
-            for stale in (output / "model_pte.h", output / "model_pte.c"):  # would describe another program
-                stale.unlink(missing_ok=True)
-            for item in staging.iterdir():
-                os.replace(item, output / item.name)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-
-
-CONVERTER_DUMPS = "partition_*"  # files the Neutron converter wrote, next to the .pte
+        The folder is checked first (``BadOption`` for the filesystem root, the home folder or above it, a path
+        under a file, a place that cannot be written). Only the files the previous compile's manifest lists, and
+        unchanged since, are replaced or removed; everything else in the folder is the user's and stays (a listed
+        file the user has changed is kept with a warning, or refused when this compile writes that name, as is
+        any existing file of one of our names that no manifest lists). The new set replaces the old at once: a
+        folder holding only our files is exchanged whole for a staged copy; beside the user's files ours are
+        replaced one by one under a manifest naming both sets, and an interrupt puts the old ones back
+        (``imxrt.output_folder``)."""
+        folder = output_folder.check_writable(output)  # before rendering anything
+        files = {"model.pte": self.pte,
+                 "report.json": (json.dumps(self.report, indent=2, sort_keys=True) + "\n").encode(),
+                 "report.html": report_html.render(self.report).encode("utf-8")}
+        if self.etrecord is not None:
+            files["model.etrecord"] = etrecord_bytes(self.etrecord)
+        if c_header:
+            header, source = firmware.render(self.pte, self.io)
+            files["model_pte.h"], files["model_pte.c"] = header.encode("ascii"), source.encode("ascii")
+        for index, tflite in enumerate(self.partitions):
+            files[f"npu/partition_{index}.tflite"] = tflite
+        files.update(self.npu_files)
+        output_folder.write(folder, files)
 
 
 def keep_failed_partition(error: eiq.NeutronConverterFailed, output: str | Path) -> Path:
-    """Write the LiteRT subgraph the Neutron converter failed on to ``output/npu/failed_<tag>.tflite``, for
-    a bug report to NXP, and return its path. The file appears whole (written aside, then renamed)."""
-    folder = Path(output).resolve() / "npu"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"failed_{error.partition.split(' ', 1)[0]}.tflite"
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_bytes(error.tflite)
-    os.replace(partial, path)
-    return path
+    """Write the LiteRT subgraph the Neutron converter failed on to ``output/npu/failed_<tag>.tflite`` (or
+    ``failed_<tag>-<n>.tflite``: a file of that name is never overwritten), for a bug report to NXP, and return
+    its path. The file appears whole."""
+    tag = error.partition.split(" ", 1)[0]
+    return output_folder.write_new(Path(output) / "npu", f"failed_{tag}", ".tflite", error.tflite)
 
 
 def compile(

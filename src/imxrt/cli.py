@@ -282,6 +282,7 @@ def _run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
+    from imxrt import integrity
     from imxrt.errors import BadFile
     from imxrt.runtime import load
 
@@ -315,6 +316,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"wrote {len(outputs)} output(s) to {args.output_dir}")
     if args.etdump is not None:
         print(f"wrote {args.etdump} (estimated times from the cost model, not measurements)")
+    unchecked = integrity.note(program.name, program.file.seal)
+    if unchecked:  # last: a user error stays the one line on stderr
+        print(unchecked, file=sys.stderr)
     return 0
 
 

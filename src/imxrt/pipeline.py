@@ -27,7 +27,7 @@ from torch.export import ExportedProgram
 from torchao.quantization.pt2e import move_exported_model_to_eval, move_exported_model_to_train
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
 
-from imxrt import firmware, output_folder
+from imxrt import firmware, integrity, output_folder
 from imxrt.cpu import ops as cortex_m_ops
 from imxrt.cpu.lowering import lower_to_cortex_m
 from imxrt.errors import BadModel, BadOption, CompilerBug, ImxrtError
@@ -187,7 +187,7 @@ def compile(
     with _timed(seconds, "serialize"):
         planner = ImxrtMemoryPlanner()
         program = to_executorch(edge, planner)
-        pte = bytes(program.buffer)
+        pte = integrity.seal(bytes(program.buffer))
     with _timed(seconds, "memory"):
         report["profiling"] = instruction_table(program, report["latency"])  # what imxrt run --etdump reads
         # The plan exists only once to_executorch has run; an over-budget program is an error, not an artifact.
@@ -412,8 +412,8 @@ def _compute_nodes_of(graph: torch.fx.Graph, name: str) -> list[str]:
 
 
 def serialize(edge: EdgeProgramManager, memory_planner: ImxrtMemoryPlanner | None = None) -> bytes:
-    """The ``.pte`` bytes of ``to_executorch``."""
-    return bytes(to_executorch(edge, memory_planner).buffer)
+    """The ``.pte`` bytes of ``to_executorch``, sealed (``integrity.seal``)."""
+    return integrity.seal(bytes(to_executorch(edge, memory_planner).buffer))
 
 
 def to_executorch(edge: EdgeProgramManager, memory_planner: ImxrtMemoryPlanner | None = None

@@ -15,6 +15,7 @@ from pathlib import Path
 from executorch.exir import schema
 from executorch.exir._serialize._program import _get_extended_header, deserialize_pte_binary
 
+from imxrt import integrity
 from imxrt.errors import BadFile
 
 # A .pte is a flatbuffer with file identifier "ET" + two digits at bytes 4..8 (ET12 in ExecuTorch 1.x).
@@ -40,6 +41,7 @@ class ProgramFile:
     plan: schema.ExecutionPlan
     constants: list[bytes]  # constant_buffer, indexed by a tensor's data_buffer_idx (0 = no data)
     delegate_data: list[bytes]  # backend_delegate_data (inline; segments were moved back inline)
+    seal: integrity.Sealed | integrity.Unsealed  # whether the file's checksum was checked, or it has none
 
 
 def tensor_nbytes(tensor: schema.Tensor) -> int:
@@ -79,6 +81,7 @@ def read_program(source: bytes | bytearray | memoryview | str | os.PathLike) -> 
         if expected > len(data):
             raise BadFile(name, f"is truncated: its header says {expected:,} bytes, the file has {len(data):,}; "
                                 f"{_FIX}")
+    seal = integrity.check(name, data)  # a damaged byte must not run as another program
     try:
         pte = deserialize_pte_binary(data)
     except Exception as e:  # the flatbuffer reader fails in many ways (IndexError, struct.error, ...)
@@ -93,7 +96,7 @@ def read_program(source: bytes | bytearray | memoryview | str | os.PathLike) -> 
     if sum(plan.non_const_buffer_sizes) > _MAX_PLANNED_BYTES:
         raise BadFile(name, f"plans {sum(plan.non_const_buffer_sizes):,} bytes of memory, which no program for "
                             f"a microcontroller needs: the file is corrupted; {_FIX}")
-    checked = ProgramFile(name, plan, constants, delegates)
+    checked = ProgramFile(name, plan, constants, delegates, seal)
     try:
         _check_plan(checked)
     except (TypeError, ValueError, KeyError, IndexError) as e:  # a vector or value the reader gave as None

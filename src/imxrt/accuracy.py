@@ -15,7 +15,8 @@ import numpy as np
 import torch
 from torch.export import ExportedProgram
 
-from imxrt.errors import BadInput
+from imxrt.errors import BadInput, BadModel
+from imxrt.model_checks import called_exit, read_samples
 
 Metric = Callable[[torch.Tensor, object], float]  # (first model output, label) -> score of one sample
 
@@ -85,10 +86,14 @@ def evaluate(model: torch.nn.Module, program, data: Iterable[tuple[Sequence[torc
     float_total = int8_total = agree = 0.0
     outputs_sqnr: list[_Sqnr] = []
     count = 0
-    for index, sample in enumerate(data):
+    for index, sample in read_samples(data, "evaluation"):
         inputs, label = _checked_sample(index, sample, shapes)
         with torch.no_grad():
-            reference = _as_list(model(*inputs))
+            try:
+                reference = _as_list(model(*inputs))
+            except SystemExit as e:  # not an Exception: it would end imxrt silently, with the user's status
+                raise BadModel(f"model(...) {called_exit(e)} while evaluating on evaluation sample {index}; "
+                               "forward() must return its outputs, not exit the process") from None
         actual = [torch.as_tensor(np.asarray(a)).to(torch.float32) for a in program.forward(*inputs)]
         if metric is None:
             _check_label(index, label, reference[0])

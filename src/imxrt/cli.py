@@ -63,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a compiled .pte on this computer, bit-exactly")
     run.add_argument("pte", type=Path, help="the program (e.g. out/model.pte)")
     run.add_argument("--input", action="append", default=[], type=Path, metavar="NPY",
-                     help="a .npy file per program input, in order (repeat the flag)")
+                     help="a .npy file per program input, in order (repeat the flag); one numeric array each "
+                          "(big-endian is converted; .npz archives are refused: save each array with numpy.save)")
     run.add_argument("--quantize-inputs", action="store_true",
                      help="int8-input program: quantize float .npy inputs with each input's scale and zero point "
                           "from report.json (out-of-range values saturate, with a warning)")
@@ -277,6 +278,24 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_output_dir(path: Path) -> None:
+    """Refuse an ``--output-dir`` that is a file, or is in one, or cannot be written, before the program runs:
+    a run's outputs must not be lost at its end. Nothing is created."""
+    import tempfile
+
+    existing = path
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise BadOption("--output-dir", str(path), f"a folder ({existing} is a file)")
+    try:  # os.access answers for the user's permissions only; a write also finds read-only mounts
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as e:
+        raise BadOption("--output-dir", str(path), f"a folder that can be written ({existing} cannot be written: "
+                                                   f"{e.strerror or e})") from None
+
+
 def _run(args: argparse.Namespace) -> int:
     import zlib
 
@@ -285,15 +304,11 @@ def _run(args: argparse.Namespace) -> int:
     from imxrt import integrity
     from imxrt.errors import BadFile
     from imxrt.runtime import load
+    from imxrt.runtime.inputs import read_npy
 
-    inputs = []
-    for path in args.input:
-        try:
-            inputs.append(np.load(path, allow_pickle=False))
-        except FileNotFoundError:
-            raise BadFile(str(path), "no such file") from None
-        except (OSError, ValueError) as e:
-            raise BadFile(str(path), f"is not a .npy array ({str(e).strip().splitlines()[0]})") from None
+    if args.output_dir is not None:
+        check_output_dir(args.output_dir)
+    inputs = [read_npy(path) for path in args.input]
     report = paired_report(args.pte, args.report) if args.quantize_inputs or args.etdump is not None else None
     if args.quantize_inputs:
         from imxrt.runtime.inputs import quantize_inputs
@@ -305,11 +320,14 @@ def _run(args: argparse.Namespace) -> int:
         from imxrt.profiling.etdump import write_etdump
 
         write_etdump(args.etdump, program.file, report)
-    if args.output_dir is not None:
-        args.output_dir.mkdir(parents=True, exist_ok=True)
-    for index, output in enumerate(outputs):
+    try:
         if args.output_dir is not None:
-            np.save(args.output_dir / f"output_{index}.npy", output)
+            args.output_dir.mkdir(parents=True, exist_ok=True)
+            for index, output in enumerate(outputs):
+                np.save(args.output_dir / f"output_{index}.npy", output)
+    except OSError as e:  # e.g. the disk filled up during the run
+        raise BadFile(str(e.filename or args.output_dir), f"cannot be written ({e.strerror or e})") from None
+    for index, output in enumerate(outputs):
         crc = zlib.crc32(np.ascontiguousarray(output).tobytes())
         print(f"output {index}: shape {tuple(output.shape)} {output.dtype} crc32 {crc:08x}")
     if args.output_dir is not None:

@@ -34,6 +34,7 @@ from imxrt.errors import BadModel, BadOption, CompilerBug, ImxrtError
 from imxrt.memory.budget import check_sram_budget, check_tensors_fit
 from imxrt.memory.planning import ImxrtMemoryPlanner, memory_planning_pass
 from imxrt.memory.report import memory_report
+from imxrt.model_checks import called_exit, check_finite_weights, non_finite
 from imxrt.npu.backend import (
     check_device_layouts,
     converter_compile_specs,
@@ -268,6 +269,9 @@ def check_inputs(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor])
         if x.dtype != torch.float32:
             raise BadModel(f"example input {index} is {x.dtype}; imxrt quantizes float32 models: pass "
                            "float32 inputs (x.float()) and a float32 model (model.float())")
+        found = non_finite(x)
+        if found:  # they calibrate when no calibration data is given, and trace forward()
+            raise BadModel(f"example input {index} holds {found}; give finite example inputs")
     for name, p in list(model.named_parameters()) + list(model.named_buffers()):
         if p.dtype in (torch.int64, torch.bool):
             continue  # BatchNorm's num_batches_tracked is int64
@@ -275,6 +279,7 @@ def check_inputs(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor])
             raise BadModel(f"parameter {name} is {p.dtype}; give the float model, imxrt quantizes it itself")
         if p.dtype != torch.float32:
             raise BadModel(f"parameter {name} is {p.dtype}; imxrt quantizes float32 models: call model.float()")
+    check_finite_weights(model)
     return example_inputs
 
 
@@ -285,6 +290,9 @@ def export(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], tra
     model = model.train() if training else model.eval()
     try:
         exported = torch.export.export(model, example_inputs, strict=False)
+    except SystemExit as e:  # not an Exception: it would end imxrt silently, with the user's status
+        raise BadModel(f"model(...) {called_exit(e)} while torch.export ran forward() on the example inputs; "
+                       "forward() must return its outputs, not exit the process") from None
     except Exception as e:  # torch.export raises many types; the first line names the cause
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise BadModel(f"torch.export could not capture the model ({type(e).__name__}: {first}); "
@@ -337,6 +345,8 @@ def quantize_qat(
     move_exported_model_to_train(prepared)
     try:
         train_fn(prepared)
+    except SystemExit as e:
+        raise BadModel(f"the QAT train_fn {called_exit(e)}; it must return when training is done") from None
     except Exception as e:  # user code: report it in one line
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise BadModel(f"the QAT train_fn raised {type(e).__name__}: {first}") from e

@@ -15,6 +15,10 @@ from pathlib import Path
 import torch
 
 from imxrt.errors import BadSource
+from imxrt.model_checks import called_exit
+
+# What a SOURCE file that exits is told: script code belongs under a main guard.
+_NO_EXIT = "a SOURCE file only defines functions: put script code under if __name__ == '__main__':"
 
 
 @dataclass
@@ -33,6 +37,8 @@ def _first_line(e: BaseException) -> str:
 def _call(source: str, what: str, function):
     try:
         return function()
+    except SystemExit as e:  # not an Exception: it would end imxrt silently, with the user's status
+        raise BadSource(source, f"{what} {called_exit(e)}; {_NO_EXIT}") from None
     except Exception as e:  # user code: report it in one line
         raise BadSource(source, f"{what} raised {_first_line(e)}") from e
 
@@ -91,6 +97,8 @@ def _load_function(source: str) -> ModelSource:
     module_name, _, function_name = source.partition(":")
     try:
         module = importlib.import_module(module_name)
+    except SystemExit as e:
+        raise BadSource(source, f"importing {module_name} {called_exit(e)}; {_NO_EXIT}") from None
     except Exception as e:
         raise BadSource(source, f"cannot import {module_name} ({_first_line(e)})") from e
     function = getattr(module, function_name, None)

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from imxrt.errors import BadFile, ImxrtError
+from imxrt.runtime.inputs import warn_non_finite
 from imxrt.runtime.interpreter import Interpreter
 from imxrt.runtime.program import ProgramFile, read_program
 
@@ -31,7 +32,9 @@ class Program:
         return self.file.name
 
     def forward(self, *inputs: np.ndarray | torch.Tensor) -> list[np.ndarray]:
-        """Run the program once on ``inputs`` (in the program's order); its outputs as numpy arrays."""
+        """Run the program once on ``inputs`` (in the program's order); its outputs as numpy arrays. NaN or
+        Inf in a float input is run, with a warning naming the input."""
+        warn_non_finite(inputs)
         return self._interpreter.run(inputs)
 
     __call__ = forward

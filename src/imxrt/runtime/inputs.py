@@ -1,4 +1,5 @@
-"""Float data for a program with int8 inputs (``--io int8``): quantized with each input's scale and zero point.
+"""Input data for a program: ``.npy`` files read safely, NaN/Inf warned about, and float data for a program
+with int8 inputs (``--io int8``) quantized with each input's scale and zero point.
 
 The arithmetic is the program's own input quantize (``cortex_m::quantize_per_tensor``): float32 product by
 1/scale, rounded half to even, plus the zero point. A value beyond the int8 range saturates, with a warning
@@ -8,11 +9,15 @@ naming the input, rather than wrapping around.
 from __future__ import annotations
 
 import logging
+import math
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
+import torch
 
-from imxrt.errors import BadInput
+from imxrt.errors import BadFile, BadInput
 
 log = logging.getLogger("imxrt")
 
@@ -46,3 +51,81 @@ def quantize_inputs(arrays: Sequence[np.ndarray], described: Sequence[dict]) -> 
             raise BadInput(f"input {name} has no scale and zero point in the report: give int8 data")
         result.append(quantize_input(array, info["scale"], info["zero_point"], name))
     return result
+
+
+# Kinds a program input can be: bool, signed and unsigned integers, floats (numpy's dtype.kind letters).
+_NUMERIC_KINDS = "biuf"
+_OTHER_KINDS = {"U": "strings", "S": "byte strings", "O": "Python objects", "V": "structured records",
+                "c": "complex numbers", "M": "dates", "m": "time spans"}
+_ZIP_MAGIC = b"PK\x03\x04"  # a .npz is a zip archive
+
+
+def read_npy(path: Path) -> np.ndarray:
+    """The array of the ``.npy`` file ``path``, in native byte order; ``BadFile`` for anything else.
+
+    The header is checked before any data is read, so a header claiming more bytes than the file holds is
+    refused without allocating them. A big-endian file is converted (the same values); strings, objects,
+    structured arrays and ``.npz`` archives are refused."""
+    try:
+        with open(path, "rb") as file:
+            if file.read(len(_ZIP_MAGIC)) == _ZIP_MAGIC:
+                raise BadFile(str(path), "is a .npz archive; save one array per .npy file (numpy.save) and give "
+                                         "each with its own --input")
+            file.seek(0)
+            shape, _, dtype = _read_header(path, file)
+            if dtype.hasobject or dtype.kind not in _NUMERIC_KINDS or dtype.fields is not None:
+                raise BadFile(str(path), f"holds {_OTHER_KINDS.get(dtype.kind, 'non-numeric values')} ({dtype}); "
+                                         "a program input is a numeric array "
+                                         "(e.g. float32, or int8 for an int8-input program)")
+            nbytes = math.prod(shape) * dtype.itemsize
+            available = os.fstat(file.fileno()).st_size - file.tell()
+            if nbytes > available:
+                raise BadFile(str(path), f"its header claims shape {shape} {dtype.name} ({nbytes:,} bytes) but "
+                                         f"the file holds {available:,} bytes of data: it is truncated or damaged; "
+                                         "save the array again")
+            file.seek(0)
+            array = np.lib.format.read_array(file, allow_pickle=False)
+    except FileNotFoundError:
+        raise BadFile(str(path), "no such file") from None
+    except IsADirectoryError:
+        raise BadFile(str(path), "is a folder, not a .npy file") from None
+    except OSError as e:
+        raise BadFile(str(path), f"cannot be read ({e.strerror or e})") from None
+    except ValueError as e:  # numpy's reader, on data its header did not describe
+        raise BadFile(str(path), f"is not a .npy array ({str(e).strip().splitlines()[0]})") from None
+    if not array.dtype.isnative:  # torch takes native byte order only; the values are the same
+        array = array.astype(array.dtype.newbyteorder("="))
+    return array
+
+
+def _read_header(path: Path, file) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """``(shape, fortran_order, dtype)`` of an open ``.npy``, leaving ``file`` at the first data byte."""
+    try:
+        version = np.lib.format.read_magic(file)
+        if version == (1, 0):
+            return np.lib.format.read_array_header_1_0(file)
+        if version == (2, 0):
+            return np.lib.format.read_array_header_2_0(file)
+    except ValueError as e:
+        raise BadFile(str(path), f"is not a .npy array ({str(e).strip().splitlines()[0]})") from None
+    # numpy writes version 3.0 only for structured arrays whose field names need UTF-8: never an input.
+    raise BadFile(str(path), f"is a version {version[0]}.{version[1]} .npy (a structured array); save a plain "
+                             "numeric array with numpy.save")
+
+
+def warn_non_finite(inputs: Sequence[np.ndarray | torch.Tensor]) -> None:
+    """Warn, naming the input, about NaN or Inf in float inputs: the program runs, its outputs for them are
+    not meaningful (the int8 quantize saturates Inf and has no value for NaN)."""
+    for position, value in enumerate(inputs):
+        if isinstance(value, torch.Tensor):
+            if not value.dtype.is_floating_point or bool(torch.isfinite(value).all()):
+                continue
+            nan, inf, size = int(torch.isnan(value).sum()), int(torch.isinf(value).sum()), value.numel()
+        else:
+            array = np.asarray(value)
+            if not np.issubdtype(array.dtype, np.floating) or np.isfinite(array).all():
+                continue
+            nan, inf, size = int(np.isnan(array).sum()), int(np.isinf(array).sum()), array.size
+        counts = " and ".join(f"{count} {kind}" for count, kind in ((nan, "NaN"), (inf, "Inf")) if count)
+        log.warning("input %d: %s of %d value(s); the outputs computed from them are not meaningful "
+                    "(NaN has no int8 value, Inf saturates)", position, counts, size)

@@ -1,0 +1,78 @@
+"""Input validation (before export): the user's weights and data are finite, and user code does not exit.
+
+NaN and Inf have no int8 value. The observers skip non-finite activations so that a model's own ``log(0)``
+does not spoil a range; the same leniency would hide NaN/Inf in the user's weights or data and give a
+program that computes garbage, so those are refused here, naming the tensor or the sample.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
+
+import torch
+
+from imxrt.errors import BadInput, BadModel
+
+
+def non_finite(tensor: torch.Tensor) -> str | None:
+    """``"2 NaN and 1 Inf of 48 value(s)"``, or None when ``tensor`` is not float or every value is finite."""
+    if not tensor.dtype.is_floating_point or bool(torch.isfinite(tensor).all()):
+        return None
+    nan, inf = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
+    counts = [f"{count} {kind}" for count, kind in ((nan, "NaN"), (inf, "Inf")) if count]
+    return f"{' and '.join(counts)} of {tensor.numel()} value(s)"
+
+
+def check_finite_weights(model: torch.nn.Module) -> None:
+    """Every float parameter and buffer is finite; ``BadModel`` names the first that is not by its
+    ``state_dict`` name."""
+    named = itertools.chain((("parameter", name, p) for name, p in model.named_parameters()),
+                            (("buffer", name, b) for name, b in model.named_buffers()))
+    for kind, name, tensor in named:
+        found = non_finite(tensor.detach())
+        if found:
+            raise BadModel(f"{kind} {name} holds {found}; NaN and Inf have no int8 value: load finite weights "
+                           "(a diverged training run or a damaged checkpoint leaves them)")
+
+
+def check_finite_sample(what: str, sample: Sequence[object]) -> None:
+    """Every float tensor of ``sample`` is finite; ``BadInput`` names ``what`` (e.g. ``calibration sample 3``)
+    and the input position."""
+    for position, value in enumerate(sample):
+        found = non_finite(value) if isinstance(value, torch.Tensor) else None
+        if found:
+            raise BadInput(f"{what}, input {position} holds {found}; NaN and Inf have no int8 value: give "
+                           "finite data (drop or repair the sample)")
+
+
+def called_exit(error: SystemExit) -> str:
+    """``"called sys.exit(0)"``: how a SystemExit from user code is named in an error."""
+    return f"called sys.exit({'' if error.code is None else repr(error.code)})"
+
+
+def read_samples(samples: Iterable[object], what: str) -> Iterator[tuple[int, object]]:
+    """``(index, sample)`` for each item of the user's iterable ``samples``; an exception (or sys.exit) while
+    producing one is a ``BadInput`` naming the sample it was reading, not a crash of the stage reading them."""
+    iterator = _produce(what, 0, lambda: iter(samples))
+    for index in itertools.count():
+        sample = _produce(what, index, lambda: next(iterator, _END))
+        if sample is _END:
+            return
+        yield index, sample
+
+
+_END = object()
+
+
+def _produce(what: str, index: int, function):
+    try:
+        return function()
+    except SystemExit as e:  # user code exiting must not end imxrt silently, with status 0
+        raise BadInput(f"{what} sample {index}: the {what} data {called_exit(e)} while producing it; an "
+                       "iterable of samples must yield them, not exit") from None
+    except Exception as e:
+        text = str(e).strip()
+        first = f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+        raise BadInput(f"{what} sample {index}: reading the {what} data raised {first}; fix the code that "
+                       "produces the samples") from e

@@ -18,7 +18,8 @@ from executorch.exir import schema, to_edge
 from executorch.exir._serialize._program import PTEFile, deserialize_pte_binary, serialize_pte_binary
 
 import imxrt.runtime
-from imxrt.runtime.plan_check import Access, Region, poison_schedule
+from imxrt.runtime import plan_check
+from imxrt.runtime.plan_check import Access, PlanConflict, Region, poison_schedule
 
 
 class AddReluMul(torch.nn.Module):
@@ -61,9 +62,37 @@ def test_broken_plan_is_silently_right_without_checking(correct):
     assert np.array_equal(_run(_relu_in_place(correct), False), _run(correct, False))
 
 
-def test_broken_plan_gives_wrong_outputs_with_checking(correct):
+def test_broken_plan_is_named_before_anything_runs(correct):
+    """The overlap is a PlanConflict naming both tensors, their bytes and lifetimes, not just other outputs."""
+    plan = deserialize_pte_binary(_relu_in_place(correct)).program.execution_plan[0]
+    relu = next(i for i, op in enumerate(plan.operators) if op.name == "aten::relu")
+    step, call = next((step, ins.instr_args) for step, ins in enumerate(plan.chains[0].instructions)
+                      if isinstance(ins.instr_args, schema.KernelCall) and ins.instr_args.op_index == relu)
+    with pytest.raises(PlanConflict) as error:
+        _run(_relu_in_place(correct), True)
+    pair = next(c for c in error.value.conflicts if set(c.values) == {call.args[0], call.args[1]})
+    assert pair.regions[0] == pair.regions[1]
+    assert any(life[1] == step for life in pair.lives) and any(life[0] == step for life in pair.lives)
+    assert f"value {call.args[0]} (buffer 1 bytes 0..1023, live from instruction" in str(error.value)
+
+
+def test_poisoning_catches_the_broken_plan_too(correct, monkeypatch):
+    """Poisoning stays behind the static check, for overlaps it cannot see."""
+    monkeypatch.setattr(plan_check, "conflicts", lambda *args: [])
     broken = _run(_relu_in_place(correct), True)
     assert not np.array_equal(broken, _run(correct, False))
+
+
+def test_conflicts_of_a_plan():
+    regions = {0: Region(1, 0, 64), 1: Region(1, 32, 64), 2: Region(1, 64, 64), 3: Region(2, 0, 64)}
+    accesses = [
+        Access(reads=frozenset({0}), writes=frozenset({1})),  # 1 = f(0): 0 and 1 overlap, both live here
+        Access(reads=frozenset({1}), writes=frozenset({3})),
+        Access(reads=frozenset({3}), writes=frozenset({2})),  # 2 overlaps 1, but 1 died at step 1
+    ]
+    found = plan_check.conflicts(regions, accesses, inputs=[0], outputs=[2])
+    assert [c.values for c in found] == [(0, 1)]
+    assert found[0].lives == ((-1, 0), (0, 1))
 
 
 def test_a_view_keeps_its_base_alive():

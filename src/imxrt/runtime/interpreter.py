@@ -68,8 +68,13 @@ class Interpreter:
             if isinstance(value.val, schema.Tensor) and value.val.allocation_info is not None
         }
         self.check_plan = check_plan
-        self.poison_after = (plan_check.poison_schedule(self.regions, [self._access(i) for i in self.instructions],
-                                                        plan.inputs, plan.outputs) if check_plan else None)
+        self.poison_after = None
+        if check_plan:  # overlaps are named before anything runs; poisoning catches what they cannot
+            accesses = [self._access(i) for i in self.instructions]
+            found = plan_check.conflicts(self.regions, accesses, plan.inputs, plan.outputs)
+            if found:
+                raise plan_check.PlanConflict(program.name, found)
+            self.poison_after = plan_check.poison_schedule(self.regions, accesses, plan.inputs, plan.outputs)
         self.reassigned = self._reassigned()
         self.steps = [self._step(index, instruction) for index, instruction in enumerate(self.instructions)]
         self.feeds = [self._feed(index) for index in plan.inputs]

@@ -1,4 +1,5 @@
-"""Plan checking: when each planned tensor's bytes die, so the interpreter can poison them then.
+"""Plan checking: tensors a memory plan puts on the same bytes while both are live, and when each planned
+tensor's bytes die, so the interpreter can poison them then.
 
 A memory plan that puts two live tensors on the same bytes can still give right outputs by luck (an
 elementwise op whose output overlaps its own input, a tensor overwritten only after its last reader ran
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from imxrt.errors import BadFile
 
 FOREVER = 1 << 62
 
@@ -48,9 +51,17 @@ class Region:
                 and other.offset < self.offset + self.nbytes)
 
 
-def poison_schedule(regions: dict[int, Region], accesses: Sequence[Access], inputs: Sequence[int],
-                    outputs: Sequence[int]) -> list[list[int]]:
-    """For each instruction, the planned tensors whose bytes die right after it (sorted value indices)."""
+@dataclass(frozen=True)
+class Lifetimes:
+    """Each planned tensor's first write and last use (steps, inclusive), after the special cases above.
+    ``first`` holds only written tensors: the others are views of an earlier writer."""
+
+    first: dict[int, int]
+    last: dict[int, int]
+
+
+def lifetimes(regions: dict[int, Region], accesses: Sequence[Access], inputs: Sequence[int],
+              outputs: Sequence[int]) -> Lifetimes:
     first: dict[int, int] = {v: -1 for v in inputs if v in regions}
     last: dict[int, int] = {v: -1 for v in inputs if v in regions}
     first_use: dict[int, int] = {}
@@ -76,11 +87,66 @@ def poison_schedule(regions: dict[int, Region], accesses: Sequence[Access], inpu
         base = _base_of(view, regions, first, first_use.get(view, -1))
         if base is not None:
             last[base] = max(last[base], last[view])
+    return Lifetimes(first, last)
+
+
+def poison_schedule(regions: dict[int, Region], accesses: Sequence[Access], inputs: Sequence[int],
+                    outputs: Sequence[int]) -> list[list[int]]:
+    """For each instruction, the planned tensors whose bytes die right after it (sorted value indices)."""
+    lives = lifetimes(regions, accesses, inputs, outputs)
     schedule: list[list[int]] = [[] for _ in accesses]
-    for v in sorted(first):
-        if 0 <= last[v] < len(accesses):
-            schedule[last[v]].append(v)
+    for v in sorted(lives.first):
+        if 0 <= lives.last[v] < len(accesses):
+            schedule[lives.last[v]].append(v)
     return schedule
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """Two written tensors on shared bytes while both are live."""
+
+    values: tuple[int, int]
+    regions: tuple[Region, Region]
+    lives: tuple[tuple[int, int], tuple[int, int]]
+
+    def describe(self) -> str:
+        def one(value: int, region: Region, life: tuple[int, int]) -> str:
+            end = "the end" if life[1] >= FOREVER else f"instruction {life[1]}"
+            start = "the input" if life[0] < 0 else f"instruction {life[0]}"
+            end_byte = region.offset + region.nbytes - 1
+            return (f"value {value} (buffer {region.memory_id} bytes {region.offset}..{end_byte}, "
+                    f"live from {start} to {end})")
+        return " and ".join(one(*item) for item in zip(self.values, self.regions, self.lives, strict=True))
+
+
+class PlanConflict(BadFile):
+    """A ``.pte`` whose memory plan puts two live tensors on the same bytes (``imxrt run --check-plan``)."""
+
+    def __init__(self, path: str, found: list[Conflict]):
+        more = f" (and {len(found) - 1} more pairs)" if len(found) > 1 else ""
+        super().__init__(path, f"its memory plan puts live tensors on the same bytes: {found[0].describe()}{more}")
+        self.conflicts = found
+
+
+def conflicts(regions: dict[int, Region], accesses: Sequence[Access], inputs: Sequence[int],
+              outputs: Sequence[int]) -> list[Conflict]:
+    """Pairs of written tensors whose bytes overlap while both are live (lifetimes inclusive, as the
+    planners count them): what a correct plan never holds."""
+    lives = lifetimes(regions, accesses, inputs, outputs)
+    written = sorted(lives.first, key=lambda v: (regions[v].memory_id, regions[v].offset, v))
+    found = []
+    for position, a in enumerate(written):
+        ra = regions[a]
+        for b in written[position + 1:]:  # sorted by offset: stop at the first that starts past a's end
+            rb = regions[b]
+            if rb.memory_id != ra.memory_id or rb.offset >= ra.offset + ra.nbytes:
+                break
+            if not rb.nbytes or not ra.nbytes:
+                continue
+            life_a, life_b = (lives.first[a], lives.last[a]), (lives.first[b], lives.last[b])
+            if life_a[0] <= life_b[1] and life_b[0] <= life_a[1]:
+                found.append(Conflict((a, b), (ra, rb), (life_a, life_b)))
+    return found
 
 
 def _base_of(view: int, regions: dict[int, Region], first: dict[int, int], used_at: int) -> int | None:

@@ -123,3 +123,32 @@ def test_scalar_arithmetic_wraps_at_64_bits_like_the_device():
     divide = ops.resolve(schema.Operator(name="executorch_prim::floordiv", overload="Scalar"), "model.pte")
     with pytest.raises(ValueError, match="by zero"):
         divide.fn(7, 0)
+
+
+class _ProjectedLstm(torch.nn.Module):
+    """An LSTM with a projection has no int8 kernel anywhere: it runs in float, its gates as linear layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = torch.nn.LSTM(4, 8, batch_first=True, proj_size=2)
+        self.fc = torch.nn.Linear(2, 3)
+
+    def forward(self, x):
+        y, _ = self.rnn(x)
+        return self.fc(y[:, -1])
+
+
+@pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
+def test_a_float_linear_on_the_cpu_calls_a_kernel_the_stock_runtime_has(target):
+    """A float linear (kept whole through to_edge for the NPU) used to reach the program as aten::linear.out,
+    which the stock runtime's portable kernels lack: it is addmm over the flattened input."""
+    torch.manual_seed(0)
+    data = [(torch.randn(1, 3, 4, generator=torch.Generator().manual_seed(i)),) for i in range(3)]
+    result = imxrt.compile(_ProjectedLstm().eval(), data[0], target, data, imxrt.CompileOptions(show_progress=False))
+    plan = deserialize_pte_binary(result.pte).program.execution_plan[0]
+    names = {ops.qualified_name(op) for op in plan.operators}
+    assert "aten::addmm.out" in names
+    assert names <= allowlist.allowed_operators() | ops.OWN_OPERATORS, names - allowlist.allowed_operators()
+    outputs = imxrt.runtime.load(result.pte).forward(data[1][0].numpy())[0]
+    floats = [e for e in result.report["ops"] if e["execution"] == "cpu float"]
+    assert outputs.shape == (1, 3) and floats

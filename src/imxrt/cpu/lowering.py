@@ -7,9 +7,10 @@ Runs after ``to_backend(NpuPartitioner)`` (on a CPU-only target, on the whole qu
     x -> quantize_per_tensor                             =>  cortex_m.quantize_per_tensor(x)
     dq(x) -> lstm ... -> q                               =>  unchanged: float, with the reason in the log
 
-Steps, in order: (1) rewrite each cluster through its row in ``lowering_rules.CPU_KERNELS``; (2) the
-remaining quantize/dequantize (model boundary, float islands) become cortex_m's; (3) decide the dim order
-of every activation once (``lowering_layout``); (4) drop the constants nothing reads any more, so the
+Steps, in order: (1) rewrite each cluster through its row in ``lowering_rules.CPU_KERNELS``; (2) a float op
+kept whole for the NPU that the stock runtime's portable kernels lack (``linear``) becomes ops they have; (3) the
+remaining quantize/dequantize (model boundary, float islands) become cortex_m's; (4) decide the dim order
+of every activation once (``lowering_layout``); (5) drop the constants nothing reads any more, so the
 float-era weights are not serialized. Each CPU compute node's verdict goes into the ``PlacementLog``.
 """
 
@@ -20,6 +21,7 @@ import operator
 
 import torch
 from executorch.exir import EdgeProgramManager
+from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
 from torch.export import ExportedProgram
 from torch.fx import Node
@@ -92,6 +94,7 @@ def lower_program(exported_program: ExportedProgram, isa: Isa | str, placement_l
                         + (" (lookup table)" if row is POINTWISE else ""))
         _replace_cluster(cluster, replacement)
 
+    _decompose_for_portable_kernels(editor)
     _convert_boundary_qdq(editor)
     graph.eliminate_dead_code()
     assign_dim_orders(graph)
@@ -127,6 +130,54 @@ def _replace_cluster(cluster, replacement: Node) -> None:
     for dq in cluster.dequantizes:
         if not dq.users and dq.graph is graph:
             graph.erase_node(dq)
+
+
+def _linear_as_addmm(editor: Editor, node: Node) -> Node:
+    """A float ``linear`` as ``addmm`` (or ``mm``) over the input flattened to 2-D, with the weight
+    transposed once at compile time when it is a constant."""
+    edge = exir_ops.edge.aten
+    x, weight = node.args[0], node.args[1]
+    bias = node.args[2] if len(node.args) > 2 else None
+    x_val, weight_val, out_val = x.meta["val"], weight.meta["val"], node.meta["val"]
+    data = editor.tensor(weight)
+    if data is not None:
+        transposed = editor.constant(f"{weight.name}_transposed", data.t())
+        transposed.meta["val"] = weight_val.t().contiguous()
+    else:
+        transposed = editor.call(edge.permute_copy.default, (weight, [1, 0]), weight_val.t().contiguous(), [node],
+                                 before=node)
+    rows = x_val.numel() // x_val.shape[-1]
+    flat = x
+    if x_val.dim() != 2:
+        flat = editor.call(edge.view_copy.default, (x, [rows, x_val.shape[-1]]),
+                           x_val.reshape(rows, x_val.shape[-1]).contiguous(), [node], before=node)
+    product_val = out_val.reshape(rows, out_val.shape[-1]).contiguous()
+    if bias is None:
+        product = editor.call(edge.mm.default, (flat, transposed), product_val, [node], before=node)
+    else:
+        product = editor.call(edge.addmm.default, (bias, flat, transposed), product_val, [node], before=node)
+    if out_val.dim() == 2:
+        return product
+    return editor.call(edge.view_copy.default, (product, list(out_val.shape)), out_val, [node], before=node)
+
+
+# Float ops kept whole through to_edge (for the NPU's sake) that the stock runtime has no portable kernel for.
+_PORTABLE_DECOMPOSITIONS = {exir_ops.edge.aten.linear.default: _linear_as_addmm}
+
+
+def _decompose_for_portable_kernels(editor: Editor) -> None:
+    for node in list(editor.graph.nodes):
+        decompose = _PORTABLE_DECOMPOSITIONS.get(node.target) if node.op == "call_function" else None
+        if decompose is None:
+            continue
+        first_created = len(editor.created_calls)
+        replacement = decompose(editor, node)
+        created = editor.created_calls[first_created:]
+        for part in created:  # each part is reported as the float op it stands for
+            part.meta["cpu_reason"] = node.meta.get("cpu_reason")
+        replacement.meta["cpu_kernel"] = " + ".join(op_name(n) for n in created)
+        node.replace_all_uses_with(replacement)
+        editor.graph.erase_node(node)
 
 
 def _convert_boundary_qdq(editor: Editor) -> None:

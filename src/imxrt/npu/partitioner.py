@@ -31,7 +31,8 @@ BACKEND_ID = ImxrtNeutronBackend.__name__
 _aten = torch.ops.aten
 # Ops kept whole through to_edge so the NPU sees one FULLY_CONNECTED / HARD_SWISH / RESIZE / PRELU, not a
 # decomposition into primitives. Keeping is per op, not per node, so each must also be safe where the NPU
-# does not take it: linear, upsample and reflection pads have portable kernels; hardswish is always int8
+# does not take it: upsample and reflection pads have portable kernels; a float linear (none) becomes addmm in
+# the CPU lowering; hardswish is always int8
 # (a Compute rule) and the NPU takes every int8 hardswish; prelu (no portable kernel) is kept only when
 # every one is int8.
 KEEP_WHOLE = (_aten.linear.default, _aten.hardswish.default, _aten.upsample_nearest2d.vec,

@@ -86,12 +86,16 @@ def _planned(values: list[schema.EValue], index: int) -> bool:
 
 def check_call(op_schema: torch.FunctionSchema, written: tuple[int, ...], args: list[int],
                values: list[schema.EValue]) -> str | None:
-    """What is wrong with calling ``op_schema`` on the program values ``args`` (the schema's arguments in
-    order, then its result), or None. ``written``: the argument positions the op writes."""
+    """What is wrong with calling ``op_schema`` on the program values ``args``, or None.
+
+    ``args`` is what ExecuTorch's emitter writes: the schema's arguments in order, then one value for the
+    result (an out variant's out argument again, a list of them if several), or one per return of another
+    op. ``written``: the positions the op writes."""
     arguments = op_schema.arguments
-    expected = len(arguments) + (1 if op_schema.returns else 0)
-    if len(args) != expected:
-        return f"passes {len(args)} values, its schema takes {expected}"
+    outs = [argument for argument in arguments if argument.is_out]
+    results = 1 if outs else max(1, len(op_schema.returns))
+    if len(args) != len(arguments) + results:
+        return f"passes {len(args)} values, its schema takes {len(arguments) + results}"
     for position, argument in enumerate(arguments):
         val = values[args[position]].val
         if not _accepts(argument.type, val):
@@ -100,11 +104,15 @@ def check_call(op_schema: torch.FunctionSchema, written: tuple[int, ...], args: 
             kinds = (schema.Int,) if isinstance(val, schema.IntList) else (schema.Tensor,)
             if any(item >= 0 and not isinstance(values[item].val, kinds) for item in val.items):
                 return f"passes a list with an item of the wrong kind as argument '{argument.name}'"
-    if op_schema.returns:
-        result = values[args[-1]].val
-        returns = op_schema.returns
-        if not (_accepts(returns[0].type, result) if len(returns) == 1 else isinstance(result, schema.TensorList)):
-            return f"stores its result in a {type(result).__name__}"
+    result = values[args[len(arguments)]].val
+    if len(outs) == 1:
+        fits = _accepts(outs[0].type, result)
+    elif len(outs) > 1:
+        fits = isinstance(result, schema.TensorList)
+    else:
+        fits = len(op_schema.returns) != 1 or _accepts(op_schema.returns[0].type, result)
+    if not fits:
+        return f"stores its result in a {type(result).__name__}"
     for position in written:
         if not _planned(values, args[position]):
             name = arguments[position].name if position < len(arguments) else "its result"

@@ -152,3 +152,15 @@ def test_a_float_linear_on_the_cpu_calls_a_kernel_the_stock_runtime_has(target):
     outputs = imxrt.runtime.load(result.pte).forward(data[1][0].numpy())[0]
     floats = [e for e in result.report["ops"] if e["execution"] == "cpu float"]
     assert outputs.shape == (1, 3) and floats
+
+
+def test_a_program_the_stock_runtime_could_not_load_is_refused_not_written(monkeypatch):
+    """The safety net behind the decompositions: an op outside the stock runtime's kernels is a BadModel
+    naming it, not a .pte the board would refuse."""
+    from imxrt.cpu import lowering
+
+    monkeypatch.setattr(lowering, "_PORTABLE_DECOMPOSITIONS", {})
+    data = [(torch.randn(1, 3, 4, generator=torch.Generator().manual_seed(i)),) for i in range(2)]
+    with pytest.raises(imxrt.errors.BadModel, match=r"would call aten::linear\.out on the CPU, which the stock "
+                                                    r"ExecuTorch runtime has no kernel for"):
+        imxrt.compile(_ProjectedLstm().eval(), data[0], "imxrt700-cpu", data, imxrt.CompileOptions(show_progress=False))

@@ -188,6 +188,7 @@ def compile(
     with _timed(seconds, "serialize"):
         planner = ImxrtMemoryPlanner()
         program = to_executorch(edge, planner)
+        check_stock_kernels(program)
         pte = integrity.seal(bytes(program.buffer))
     with _timed(seconds, "memory"):
         report["profiling"] = instruction_table(program, report["latency"])  # what imxrt run --etdump reads
@@ -421,9 +422,26 @@ def _compute_nodes_of(graph: torch.fx.Graph, name: str) -> list[str]:
     return [node.name] if is_compute(node) else []
 
 
+def check_stock_kernels(program: ExecutorchProgramManager) -> None:
+    """Every operator the program calls is one the stock runtime has a kernel for (the host runtime's
+    allowlist): a program the board cannot load is refused here, not written."""
+    from imxrt.runtime import allowlist
+    from imxrt.runtime.ops import OWN_OPERATORS, qualified_name
+
+    known = allowlist.allowed_operators() | OWN_OPERATORS
+    missing = sorted({qualified_name(op) for plan in program.executorch_program.execution_plan
+                      for op in plan.operators} - known)
+    if missing:
+        raise BadModel(f"the program would call {', '.join(missing)} on the CPU, which the stock ExecuTorch "
+                       "runtime has no kernel for (an op left in float that imxrt cannot express with the portable "
+                       "kernels); please report it with the model")
+
+
 def serialize(edge: EdgeProgramManager, memory_planner: ImxrtMemoryPlanner | None = None) -> bytes:
     """The ``.pte`` bytes of ``to_executorch``, sealed (``integrity.seal``)."""
-    return integrity.seal(bytes(to_executorch(edge, memory_planner).buffer))
+    program = to_executorch(edge, memory_planner)
+    check_stock_kernels(program)
+    return integrity.seal(bytes(program.buffer))
 
 
 def to_executorch(edge: EdgeProgramManager, memory_planner: ImxrtMemoryPlanner | None = None

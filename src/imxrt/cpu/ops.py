@@ -105,7 +105,7 @@ def _kernel_op(name: str, arguments: str, fake: Callable[..., torch.Tensor], ker
     """A row whose reference and prepared call come from one kernel factory (``ops_reference``); ``data``:
     positions of the arguments that carry activations (the rest are constants)."""
     return CortexMOp(name, arguments, fake, reference.functional(kernel, data, nchw),
-                     prepare=reference.prepared(name, kernel, data, nchw), data=data)
+                     prepare=reference.prepared(name, kernel, data, nchw, fake), data=data)
 
 
 

@@ -74,6 +74,25 @@ def _window(input_hw, filter_hw, stride, padding, dilation, output_hw) -> conv.W
     return conv.Window(_pair(stride), _pair(dilation), _pair(padding), tuple(output_hw), tuple(filter_hw))
 
 
+def _check_window(op: str, input: torch.Tensor, filter_hw, stride, padding, dilation) -> None:
+    """The window against what the kernels take (``conv.check_window``, PyTorch's symmetric padding), before
+    its output is sized from it."""
+    if input.dim() != 4:
+        raise BadKernelArguments(op, f"takes a 4-D input, got {tuple(input.shape)}")
+    try:
+        conv.check_window(tuple(input.shape), _pair(filter_hw), _pair(stride), _pair(dilation),
+                          [(pad, pad) for pad in _pair(padding)])
+    except ValueError as e:
+        raise BadKernelArguments(op, str(e)) from None
+
+
+def _pool_params(op: str, window: conv.Window, input_hw, act_min: int, act_max: int) -> pooling.PoolParams:
+    try:
+        return pooling.prepare_pool(window, tuple(input_hw), act_min, act_max)
+    except ValueError as e:  # a window of padding only
+        raise BadKernelArguments(op, str(e)) from None
+
+
 def _output_hw(op, input: torch.Tensor, *args) -> tuple[int, int]:
     """H, W of the NHWC-logical result the op's fake gives."""
     shape = op(input, *args).shape
@@ -188,16 +207,21 @@ def functional(kernel: Callable[..., Evaluate], data: tuple[int, ...], nchw: boo
     return _nchw_of(reference) if nchw else reference
 
 
-def prepared(name: str, kernel: Callable[..., Evaluate], data: tuple[int, ...], nchw: bool = False) -> Callable:
+def prepared(name: str, kernel: Callable[..., Evaluate], data: tuple[int, ...], nchw: bool = False,
+             fake: Callable[..., torch.Tensor] | None = None) -> Callable:
     """The ``.out`` call prepared once: ``prepare(*args, out=out)`` runs ``kernel`` on the arguments (the ones
     outside ``data`` must hold the same values at every call: constants) and returns a call that evaluates on
     numpy views of the data tensors' bytes and writes into ``out``'s, whatever their strides. ``nchw``: the
-    op's tensors are NCHW-logical, its kernel takes and gives NHWC (the ``_nhwc`` twin's factory)."""
+    op's tensors are NCHW-logical, its kernel takes and gives NHWC (the ``_nhwc`` twin's factory). ``fake``
+    (the op's shapes): ``out`` must have the shape and dtype it gives, checked once here."""
 
     def prepare(*args, out):
+        evaluate = kernel(*((args[0].permute(0, 2, 3, 1), *args[1:]) if nchw else args))
+        if fake is not None:  # after the kernel's own checks, which the fake's arithmetic relies on
+            result = fake(*args)
+            check_out(name, out.shape, out.dtype, result.shape, result.dtype)
         if nchw:
             args = (args[0].permute(0, 2, 3, 1), *args[1:])
-        evaluate = kernel(*args)
         views = [_view(args[i]) for i in data]
         target = _view(out.permute(0, 2, 3, 1) if nchw else out)
 
@@ -365,6 +389,7 @@ def quantized_conv2d_nhwc_kernel(input, weight, bias, stride, padding, dilation,
                                  ) -> Evaluate:
     """arm_convolve_wrapper_s8, weights OHWI; C_in / weight's I groups, each its slice of C_out."""
     _int8("quantized_conv2d", input, weight)
+    _check_window("quantized_conv2d", input, weight.shape[1:3], stride, padding, dilation)
     in_channels, group_channels = input.shape[3], weight.shape[ops_shapes.WEIGHT_IN]
     if in_channels % group_channels:
         raise BadKernelArguments("quantized_conv2d", f"{in_channels} input channels do not split into groups "
@@ -399,6 +424,7 @@ def quantized_depthwise_conv2d_nhwc_kernel(input, weight, bias, stride, padding,
     """arm_depthwise_conv_wrapper_s8, weights [1, kh, kw, C_out]: output channel c reads input channel
     c // depth_multiplier."""
     _int8("quantized_depthwise_conv2d", input, weight)
+    _check_window("quantized_depthwise_conv2d", input, weight.shape[1:3], stride, padding, dilation)
     out_channels = weight.shape[ops_shapes.DEPTHWISE_OUT]
     if out_channels != input.shape[3] * int(depth_multiplier):
         raise BadKernelArguments("quantized_depthwise_conv2d", f"{out_channels} output channels are not "
@@ -423,9 +449,18 @@ def quantized_transpose_conv2d_nhwc_kernel(input, weight, bias, stride, padding,
     _int8("quantized_transpose_conv2d", input, weight)
     if _pair(dilation) != (1, 1):
         raise BadKernelArguments("quantized_transpose_conv2d", f"supports dilation 1 only, got {list(dilation)}")
+    try:  # before the output is sized from them
+        conv.check_steps(weight.shape[1:3], _pair(stride), (1, 1))
+    except ValueError as e:
+        raise BadKernelArguments("quantized_transpose_conv2d", str(e)) from None
     output_shape = ops_shapes.quantized_transpose_conv2d_nhwc(
         input, weight, bias, stride, padding, output_padding, dilation, input_offset, output_offset,
         requantize_multipliers, requantize_shifts, activation_min, activation_max, scratch, output_scratch).shape
+    try:
+        conv.check_transpose_window(tuple(input.shape), weight.shape[1:3], _pair(stride), _pair(padding),
+                                    tuple(output_shape))
+    except ValueError as e:
+        raise BadKernelArguments("quantized_transpose_conv2d", str(e)) from None
     params = conv.prepare_transpose_conv(
         _numpy(weight), None if bias is None else _numpy(bias), _pair(stride), False, tuple(output_shape),
         -int(input_offset), _numpy(requantize_multipliers), _numpy(requantize_shifts), int(output_offset),
@@ -439,10 +474,11 @@ def quantized_avg_pool2d_nhwc_kernel(input, kernel_size, stride, padding, ceil_m
     """arm_avgpool_s8: the mean of the taps inside the input (padding not counted), rounded half away from
     zero; input and output share qparams, so zero_point, multiplier and shift are unused (as on the device)."""
     _int8("quantized_avg_pool2d", input)
+    _check_window("quantized_avg_pool2d", input, kernel_size, stride, padding, (1, 1))
     output_hw = _output_hw(ops_shapes.quantized_avg_pool2d_nhwc, input, kernel_size, stride, padding, ceil_mode,
                            zero_point, multiplier, shift, scratch)
     window = _window(input.shape[1:3], _pair(kernel_size), stride, padding, (1, 1), output_hw)
-    params = pooling.prepare_pool(window, tuple(input.shape[1:3]), INT8_MIN, INT8_MAX)
+    params = _pool_params("quantized_avg_pool2d", window, input.shape[1:3], INT8_MIN, INT8_MAX)
     return functools.partial(pooling.average_pool, params=params)
 
 
@@ -454,8 +490,10 @@ def quantized_max_pool2d_nhwc_kernel(input, kernel_size, stride, padding, dilati
     if int(input_zero_point) != int(output_zero_point):
         raise BadKernelArguments("quantized_max_pool2d", f"input and output zero points must match, got "
                                                          f"{input_zero_point} and {output_zero_point}")
+    _check_window("quantized_max_pool2d", input, kernel_size, stride, padding, dilation)
     output_hw = _output_hw(ops_shapes.quantized_max_pool2d_nhwc, input, kernel_size, stride, padding, dilation,
                            ceil_mode, input_zero_point, output_zero_point, activation_min, activation_max)
     window = _window(input.shape[1:3], _pair(kernel_size), stride, padding, dilation, output_hw)
-    params = pooling.prepare_pool(window, tuple(input.shape[1:3]), int(activation_min), int(activation_max))
+    params = _pool_params("quantized_max_pool2d", window, input.shape[1:3], int(activation_min),
+                          int(activation_max))
     return functools.partial(pooling.max_pool, params=params)

@@ -139,6 +139,64 @@ class Window:
                 views.append(view.reshape(batch, out_h, out_w * channels))
         return views
 
+
+# Bounds of what the host's kernels take: they make one numpy pass per tap of a window, over a padded copy of
+# the input (or, for TRANSPOSE_CONV, into an uncropped result). Far above any model for a microcontroller (a
+# 512 x 512 window, a 128M-value tensor); a file beyond them would take unbounded time or memory.
+MAX_WINDOW_TAPS = 1 << 18
+MAX_PADDED_VALUES = 1 << 27
+
+
+def check_steps(filter_hw, stride, dilation) -> None:
+    """Filter sizes, strides and dilations must be at least 1 in both dimensions (raises ``ValueError``)."""
+    for name, values in (("filter size", filter_hw), ("stride", stride), ("dilation", dilation)):
+        if min(int(v) for v in values) < 1:
+            raise ValueError(f"its {name} is {_hw(values)}; it must be at least 1")
+
+
+def check_window(input_shape, filter_hw, stride, dilation, padding) -> None:
+    """A window the kernels can slide over an NHWC input of ``input_shape`` padded by ``padding`` ((top, bottom),
+    (left, right)): filter size, stride and dilation at least 1, padding at least 0, the dilated filter no
+    larger than the padded input, at most ``MAX_WINDOW_TAPS`` taps and ``MAX_PADDED_VALUES`` padded values
+    (raises ``ValueError`` saying which)."""
+    check_steps(filter_hw, stride, dilation)
+    if min(int(side) for pair in padding for side in pair) < 0:
+        raise ValueError(f"its padding is {[list(pair) for pair in padding]}; it must be at least 0")
+    batch, height, width, channels = (int(size) for size in input_shape)
+    padded = tuple(size + int(before) + int(after) for size, (before, after) in zip((height, width), padding,
+                                                                                    strict=True))
+    dilated = tuple((int(f) - 1) * int(d) + 1 for f, d in zip(filter_hw, dilation, strict=True))
+    if dilated[0] > padded[0] or dilated[1] > padded[1]:
+        raise ValueError(f"its {_hw(dilated)} window (dilation {_hw(dilation)}) is larger than its "
+                         f"{_hw(padded)} padded input")
+    _check_work(int(filter_hw[0]) * int(filter_hw[1]), batch * padded[0] * padded[1] * channels,
+                f"its {_hw(filter_hw)} window", f"its {_hw(padded)} padded input")
+
+
+def check_transpose_window(input_shape, filter_hw, stride, pad_before, output_shape) -> None:
+    """``check_window`` for TRANSPOSE_CONV: filter size and stride at least 1, padding at least 0, and its
+    uncropped result ((input - 1) x stride + filter, or padding + output) within ``MAX_PADDED_VALUES``."""
+    check_steps(filter_hw, stride, (1, 1))
+    if min(int(p) for p in pad_before) < 0:
+        raise ValueError(f"its padding is {_hw(pad_before)}; it must be at least 0")
+    full = tuple(max((int(size) - 1) * int(s) + int(f), int(p) + int(out)) for size, s, f, p, out in zip(
+        input_shape[HEIGHT:CHANNELS], stride, filter_hw, pad_before, output_shape[HEIGHT:CHANNELS], strict=True))
+    _check_work(int(filter_hw[0]) * int(filter_hw[1]), int(input_shape[BATCH]) * full[0] * full[1]
+                * int(output_shape[CHANNELS]), f"its {_hw(filter_hw)} window", f"its {_hw(full)} uncropped result")
+
+
+def _check_work(taps: int, values: int, window: str, buffer: str) -> None:
+    if taps > MAX_WINDOW_TAPS:
+        raise ValueError(f"{window} has {taps:,} taps, more than the host's kernels take ({MAX_WINDOW_TAPS:,})")
+    if values > MAX_PADDED_VALUES:
+        raise ValueError(f"{buffer} holds {values:,} values, more than the host's kernels take "
+                         f"({MAX_PADDED_VALUES:,})")
+
+
+def _hw(values) -> str:
+    return "x".join(str(int(v)) for v in values)
+
+
 def make_window(input_hw, filter_hw, stride, dilation, same: bool) -> Window:
     sizes, pads = [], []
     for axis in (0, 1):

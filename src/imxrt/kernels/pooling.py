@@ -30,7 +30,8 @@ def prepare_pool(window: Window, input_hw: tuple[int, int], act_min: int, act_ma
     filter_h, filter_w = window.filter_size
     counts = sum(window.tap(padded, filter_y, filter_x) for filter_y in range(filter_h)
                  for filter_x in range(filter_w))
-    assert np.all(counts > 0), "a pooling window with no input tap (TFLM fails such a model)"
+    if not np.all(counts > 0):  # TFLM fails such a model; the average would divide by zero
+        raise ValueError("a window of the pool covers only padding, no input value")
     whole_input = window.output_size == (1, 1) and int(counts.reshape(-1)[0]) == input_hw[0] * input_hw[1]
     return PoolParams(window, counts, act_min, act_max, whole_input)
 

@@ -22,10 +22,17 @@ import json
 import struct
 from dataclasses import dataclass
 
+import numpy as np
+
 REFERENCE_MAGIC = b"IMXRTREF"
 FORMAT_VERSION = 1
 _HEADER = struct.Struct("<8sIIII8x")
 ALIGNMENT = 16
+# A payload is read from untrusted files: its metadata is parsed only within these bounds (ours is a few KB
+# nested 4 deep; JSON nested thousands deep exhausts Python's recursion instead).
+MAX_METADATA_BYTES = 4 << 20
+MAX_METADATA_DEPTH = 32
+_JSON_SPECIAL = np.frombuffer(b'"\\[]{}', np.uint8)  # all that strings and nesting depend on
 
 
 def align(size: int, alignment: int = ALIGNMENT) -> int:
@@ -61,5 +68,37 @@ def unpack(blob: bytes) -> ReferencePayload:
         raise ValueError(f"reference payload format {version} is not supported (expected {FORMAT_VERSION})")
     if _HEADER.size + meta_len > len(blob) or tflite_offset + tflite_len > len(blob):
         raise ValueError("reference payload is truncated")
-    metadata = json.loads(blob[_HEADER.size:_HEADER.size + meta_len])
+    metadata = parse_metadata(bytes(blob[_HEADER.size:_HEADER.size + meta_len]))
     return ReferencePayload(metadata, bytes(blob[tflite_offset:tflite_offset + tflite_len]))
+
+
+def parse_metadata(text: bytes) -> dict:
+    """The metadata JSON object, at most ``MAX_METADATA_BYTES`` long and ``MAX_METADATA_DEPTH`` deep (raises
+    ``ValueError`` otherwise, as for any malformed metadata)."""
+    if len(text) > MAX_METADATA_BYTES:
+        raise ValueError(f"reference payload metadata is {len(text):,} bytes, more than {MAX_METADATA_BYTES:,}")
+    depth = json_depth(text)
+    if depth > MAX_METADATA_DEPTH:
+        raise ValueError(f"reference payload metadata nests {depth} deep, more than {MAX_METADATA_DEPTH}")
+    metadata = json.loads(text)
+    if not isinstance(metadata, dict):
+        raise ValueError(f"reference payload metadata is a JSON {type(metadata).__name__}, not an object")
+    return metadata
+
+
+def json_depth(text: bytes) -> int:
+    """How deep arrays and objects nest in JSON ``text``; brackets inside strings do not count. In numpy, on
+    the quotes, backslashes and brackets only: no Python step per byte. A quote opens or closes a string
+    unless an odd run of backslashes right before it escapes it."""
+    data = np.frombuffer(text, np.uint8)
+    where = np.flatnonzero(np.isin(data, _JSON_SPECIAL)).astype(np.int32)
+    kind = data[where]
+    after_backslash = np.zeros(len(where), bool)  # the special before is a backslash right before this one
+    after_backslash[1:] = (kind[:-1] == ord("\\")) & (where[1:] == where[:-1] + 1)
+    run = np.cumsum(after_backslash, dtype=np.int32)
+    escapes = run - np.maximum.accumulate(np.where(after_backslash, 0, run))  # backslashes right before
+    quotes = (kind == ord('"')) & (escapes % 2 == 0)
+    outside = np.cumsum(quotes, dtype=np.int32) % 2 == 0  # outside every string (a closing quote counts)
+    opens = outside & ((kind == ord("[")) | (kind == ord("{")))
+    closes = outside & ((kind == ord("]")) | (kind == ord("}")))
+    return int(np.cumsum(opens.astype(np.int32) - closes, dtype=np.int32).max(initial=0))

@@ -16,11 +16,16 @@ import numpy as np
 import torch
 from executorch.exir import schema
 
-from imxrt.errors import BadFile, BadInput
+from imxrt.errors import BadFile, BadInput, ImxrtError
 from imxrt.runtime import ops, plan_check
 from imxrt.runtime.memory import Arena, constant_tensor, unplanned_tensor
 from imxrt.runtime.neutron import DELEGATE_ID, NeutronDelegate
 from imxrt.runtime.program import ProgramFile, allocation_offset, tensor_nbytes
+
+# A chain with a jump back can loop, which on the device lasts until its condition changes. The host allows a
+# forward MAX_JUMPS_BACK jumps back and refuses the next, so a forward executes at most (MAX_JUMPS_BACK + 1) x
+# the chain's length instructions (a jump to itself would never end). The compiler writes no jumps.
+MAX_JUMPS_BACK = 1000
 
 
 @dataclass(frozen=True)
@@ -160,12 +165,22 @@ class Interpreter:
         if isinstance(instruction, schema.JumpFalseCall):
             condition_index, destination, values = (instruction.cond_value_index,
                                                     instruction.destination_instruction, self.values)
+            backward = destination <= step  # only a jump back can loop
 
             def jump_false() -> int:
                 condition = values[condition_index]
                 if isinstance(condition, torch.Tensor):
                     condition = bool(condition.all())
-                return following if condition else destination
+                if condition:
+                    return following
+                if backward:
+                    self.jumps_back_left -= 1
+                    if self.jumps_back_left < 0:
+                        raise BadFile(self.program.name, f"instruction {step} (JumpFalseCall) jumped back to "
+                                      f"instruction {destination} more than {MAX_JUMPS_BACK:,} times in one "
+                                      f"forward: its loop does not end (the host runs a chain of "
+                                      f"{len(self.steps)} instructions at most {MAX_JUMPS_BACK + 1:,} times over)")
+                return destination
             return jump_false
         # FreeCall releases runtime-allocated memory on the device; Python's memory is managed, so only
         # plan checking acts on it (through the schedule).
@@ -186,7 +201,12 @@ class Interpreter:
         if self._static(indices):
             prepare = kernel.prepare is not None and all(
                 self._constant(indices[p]) for p in kernel.constant_positions() if p < len(indices))
-            call = kernel.bind([self._resolve(self.values[index]) for index in indices], prepare=prepare)
+            try:
+                call = kernel.bind([self._resolve(self.values[index]) for index in indices], prepare=prepare)
+            except BadFile:
+                raise
+            except ImxrtError as e:  # arguments the kernel refuses (a window it cannot slide): name the file
+                raise BadFile(self.program.name, f"instruction {step}: {e}") from None
             if prepare:
                 fixed = []  # a prepared call writes numpy views of the bytes: torch's strides stay as planned
         else:
@@ -246,6 +266,7 @@ class Interpreter:
             for memory_id, size in enumerate(self.arena.sizes):
                 self.arena.poison(memory_id, 0, size)  # uninitialised reads see garbage too
         self._bind_inputs(inputs)
+        self.jumps_back_left = MAX_JUMPS_BACK
         steps, count = self.steps, len(self.steps)
         step = 0
         if self.poison_after is None:

@@ -167,6 +167,10 @@ class _Operator:
     def unsupported(self, problem: str) -> UnsupportedOperator:
         return UnsupportedOperator(self.name, self.index, problem)
 
+    def invalid(self, problem: str) -> BadTflite:
+        """The operator's arguments are impossible (no valid model has them), not merely unsupported."""
+        return BadTflite(f"operator {self.index} ({self.name}): {problem}")
+
 
 def _type_name(tensor_type: int) -> str:
     return {v: k for k, v in vars(schema.TensorType).items() if k.isupper()}.get(tensor_type, str(tensor_type))
@@ -215,6 +219,30 @@ def _optional_bias(op: _Operator, operand: int) -> np.ndarray | None:
 
 # ---- convolution and matmul ----
 
+def _window(op: _Operator, filter_hw, stride, dilation) -> conv.Window:
+    """The op's window over its NHWC input (operand 0), checked against what the kernels take
+    (``conv.check_window``) before anything is sized from it."""
+    input_shape = op.shape(CONV_INPUT)
+    if len(input_shape) != 4:
+        raise op.invalid(f"its input is {input_shape}; it must be 4-D (NHWC)")
+    same = op.options.padding == schema.Padding.SAME
+    try:
+        conv.check_steps(filter_hw, stride, dilation)
+        window = conv.make_window(input_shape[HEIGHT:CHANNELS], filter_hw, stride, dilation, same)
+        padding = window.padding(input_shape[HEIGHT:CHANNELS]) if same else ((0, 0), (0, 0))
+        conv.check_window(input_shape, filter_hw, stride, dilation, padding)
+    except ValueError as e:
+        raise op.invalid(str(e)) from None
+    return window
+
+
+def _check_output(op: _Operator, window: conv.Window, channels: int) -> None:
+    """The output the subgraph declares is the one the window gives (the result is written into it)."""
+    expected = (op.shape(CONV_INPUT)[0], *window.output_size, channels)
+    if op.shape(OUTPUT, True) != expected:
+        raise op.invalid(f"declares output {op.shape(OUTPUT, True)}, its input and window give {expected}")
+
+
 def _prepare_conv2d(op: _Operator) -> Evaluate:
     op.require_int8(CONV_INPUT, CONV_FILTER)
     options = op.options
@@ -223,9 +251,9 @@ def _prepare_conv2d(op: _Operator) -> Evaluate:
     if input_shape[CHANNELS] != filters.shape[3]:
         raise op.unsupported(f"is a grouped convolution ({input_shape[CHANNELS]} input channels, filters take "
                              f"{filters.shape[3]})")
-    window = conv.make_window(input_shape[HEIGHT:CHANNELS], filters.shape[1:3], (options.strideH, options.strideW),
-                              (options.dilationHFactor, options.dilationWFactor),
-                              options.padding == schema.Padding.SAME)
+    window = _window(op, filters.shape[1:3], (options.strideH, options.strideW),
+                     (options.dilationHFactor, options.dilationWFactor))
+    _check_output(op, window, filters.shape[0])
     multipliers, shifts = _requantize_multipliers(op, CONV_INPUT, CONV_FILTER, filters.shape[0])
     params = conv.prepare_conv(filters, _optional_bias(op, CONV_BIAS), window, op.zero_point(CONV_INPUT),
                                multipliers, shifts, op.zero_point(OUTPUT, True), *op.fused())
@@ -238,10 +266,13 @@ def _prepare_depthwise_conv2d(op: _Operator) -> Evaluate:
     filters = op.constant(CONV_FILTER)  # [1, kh, kw, C_out]
     input_shape = op.shape(CONV_INPUT)
     out_channels = filters.shape[DEPTHWISE_CHANNELS]
+    window = _window(op, filters.shape[1:3], (options.strideH, options.strideW),
+                     (options.dilationHFactor, options.dilationWFactor))
+    if out_channels % input_shape[CHANNELS]:
+        raise op.invalid(f"has {out_channels} output channels for {input_shape[CHANNELS]} input channels; they "
+                         "must be a multiple")
     depth_multiplier = out_channels // input_shape[CHANNELS]
-    window = conv.make_window(input_shape[HEIGHT:CHANNELS], filters.shape[1:3], (options.strideH, options.strideW),
-                              (options.dilationHFactor, options.dilationWFactor),
-                              options.padding == schema.Padding.SAME)
+    _check_output(op, window, out_channels)
     multipliers, shifts = _requantize_multipliers(op, CONV_INPUT, CONV_FILTER, out_channels)
     bias = _optional_bias(op, CONV_BIAS)
     params = conv.DepthwiseParams(
@@ -255,6 +286,14 @@ def _prepare_transpose_conv(op: _Operator) -> Evaluate:
     op.require_int8(TRANSPOSE_CONV_INPUT, TRANSPOSE_CONV_FILTER)
     options = op.options
     filters = op.constant(TRANSPOSE_CONV_FILTER)  # [C_out, kh, kw, C_in]
+    input_shape, output_shape = op.shape(TRANSPOSE_CONV_INPUT), op.shape(OUTPUT, True)
+    if len(input_shape) != 4 or len(output_shape) != 4:
+        raise op.invalid(f"maps {input_shape} to {output_shape}; both must be 4-D (NHWC)")
+    try:  # the padding before is SAME's on the output, less than the filter: bounded by it here
+        conv.check_transpose_window(input_shape, filters.shape[1:3], (options.strideH, options.strideW),
+                                    filters.shape[1:3], output_shape)
+    except ValueError as e:
+        raise op.invalid(str(e)) from None
     multipliers, shifts = _requantize_multipliers(op, TRANSPOSE_CONV_INPUT, TRANSPOSE_CONV_FILTER, filters.shape[0])
     params = conv.prepare_transpose_conv(
         filters, _optional_bias(op, TRANSPOSE_CONV_BIAS), (options.strideH, options.strideW),
@@ -356,9 +395,12 @@ def _prepare_pool(kernel) -> Callable[[_Operator], Evaluate]:
         op.require_int8(UNARY_INPUT)
         options = op.options
         input_shape = op.shape(UNARY_INPUT)
-        window = conv.make_window(input_shape[HEIGHT:CHANNELS], (options.filterHeight, options.filterWidth),
-                                  (options.strideH, options.strideW), (1, 1), options.padding == schema.Padding.SAME)
-        params = pooling.prepare_pool(window, input_shape[HEIGHT:CHANNELS], *op.fused())
+        window = _window(op, (options.filterHeight, options.filterWidth), (options.strideH, options.strideW), (1, 1))
+        _check_output(op, window, input_shape[CHANNELS])
+        try:
+            params = pooling.prepare_pool(window, input_shape[HEIGHT:CHANNELS], *op.fused())
+        except ValueError as e:
+            raise op.invalid(str(e)) from None
         return lambda args: [kernel(args[UNARY_INPUT], params)]
     return prepare
 

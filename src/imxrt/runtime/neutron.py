@@ -85,6 +85,7 @@ class NeutronDelegate:
 
     def written(self, n_args: int) -> list[int]:
         """Positions among the call's arguments of the tensors this delegate writes."""
+        self._check_arguments(n_args)
         first_output = n_args - len(self.outputs)
         return [first_output + entry.arg for entry in self.outputs]
 
@@ -96,6 +97,7 @@ class NeutronDelegate:
         """``run`` on tensors that stay the same objects from call to call (arena views): the checks and the
         numpy views of their bytes are made once, so a call is the subgraph plus one copy per tensor (none
         for an input whose planned bytes already are the subgraph's)."""
+        self._check_arguments(len(args))
         first_output = len(args) - len(self.outputs)
         feeds = [self._feed(args[entry.arg], entry) for entry in self.inputs]
         targets = [self._target(args[first_output + entry.arg], entry) for entry in self.outputs]
@@ -125,6 +127,15 @@ class NeutronDelegate:
         if entry.channels_last:
             target = target.transpose(0, 2, 3, 1)
         return target, target.shape
+
+    def _check_arguments(self, n_args: int) -> None:
+        """The payload's I/O maps point among the call's arguments (Python would take -1 as the last one)."""
+        n_inputs = n_args - len(self.outputs)
+        for kind, entries, count in (("input", self.inputs, n_inputs), ("output", self.outputs, len(self.outputs))):
+            for entry in entries:
+                if not 0 <= entry.arg < count:
+                    raise BadFile(self.program_name, f"{self.name}: its {kind} {entry.name} is argument {entry.arg} "
+                                                     f"of the call's {max(count, 0)} {kind}s")
 
     def _check(self, tensor: torch.Tensor, entry: TensorMap) -> None:
         if tensor.shape != entry.shape or tensor.dtype != torch.int8:

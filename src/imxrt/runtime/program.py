@@ -4,14 +4,23 @@ The bytes are parsed with ExecuTorch's own schema and deserializer, so the runti
 device runtime reads. Whatever is wrong with the file (truncated, corrupted, not a ``.pte``, a plan that
 points outside its buffers) becomes one ``BadFile`` naming the file and the problem here, never an
 IndexError deep inside the interpreter.
+
+A ``.pte`` is untrusted input: a small file can describe gigabytes (a huge unplanned tensor, a buffer size,
+or one constant that thousands of flatbuffer offsets share, each reference read as a copy of its own). Before
+ExecuTorch's reader builds anything, ``_ReadCost`` prices what it would build; after it, ``required_bytes``
+adds what running needs (planned buffers, unplanned tensors, constant copies, delegate payloads). Either over
+``HOST_MEMORY_CAP`` is a ``BadFile`` saying so, before anything is allocated.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from executorch.exir import schema
 from executorch.exir._serialize._program import _get_extended_header, deserialize_pte_binary
 
@@ -20,7 +29,9 @@ from imxrt.errors import BadFile
 
 # A .pte is a flatbuffer with file identifier "ET" + two digits at bytes 4..8 (ET12 in ExecuTorch 1.x).
 _IDENTIFIER_SLICE = slice(4, 8)
-_MAX_PLANNED_BYTES = 1 << 32  # far above any MCU's SRAM; a larger plan is a corrupted size field
+# The most memory the host runtime takes for one program. The target's SRAM is not known here; our programs
+# need a few MB (the RT700 has 7.5 MB of SRAM), so a file needing more is corrupted or hostile.
+HOST_MEMORY_CAP = 1 << 30
 _FIX = "recompile the model (imxrt compile) or copy the file again"
 
 # Bytes per element of each ExecuTorch scalar type the runtime can hold in memory.
@@ -42,6 +53,9 @@ class ProgramFile:
     constants: list[bytes]  # constant_buffer, indexed by a tensor's data_buffer_idx (0 = no data)
     delegate_data: list[bytes]  # backend_delegate_data (inline; segments were moved back inline)
     seal: integrity.Sealed | integrity.Unsealed  # whether the file's checksum was checked, or it has none
+    # What the host runtime takes for it: reading the file, planned buffers, unplanned tensors, constant
+    # copies and delegate payloads (each parsed once per delegate); at most HOST_MEMORY_CAP.
+    required_bytes: int = 0
 
 
 def tensor_nbytes(tensor: schema.Tensor) -> int:
@@ -82,6 +96,7 @@ def read_program(source: bytes | bytearray | memoryview | str | os.PathLike) -> 
             raise BadFile(name, f"is truncated: its header says {expected:,} bytes, the file has {len(data):,}; "
                                 f"{_FIX}")
     seal = integrity.check(name, data)  # a damaged byte must not run as another program
+    read_bytes = _read_bytes(name, data, header)
     try:
         pte = deserialize_pte_binary(data)
     except Exception as e:  # the flatbuffer reader fails in many ways (IndexError, struct.error, ...)
@@ -93,15 +108,34 @@ def read_program(source: bytes | bytearray | memoryview | str | os.PathLike) -> 
     plan = program.execution_plan[0]
     constants = [bytes(buffer.storage) for buffer in program.constant_buffer]
     delegates = [bytes(blob.data) for blob in program.backend_delegate_data]
-    if sum(plan.non_const_buffer_sizes) > _MAX_PLANNED_BYTES:
-        raise BadFile(name, f"plans {sum(plan.non_const_buffer_sizes):,} bytes of memory, which no program for "
-                            f"a microcontroller needs: the file is corrupted; {_FIX}")
     checked = ProgramFile(name, plan, constants, delegates, seal)
     try:
         _check_plan(checked)
     except (TypeError, ValueError, KeyError, IndexError) as e:  # a vector or value the reader gave as None
         raise BadFile(name, f"is corrupted ({type(e).__name__}: {e}); {_FIX}") from e
-    return checked
+    required = read_bytes + _run_bytes(checked)
+    _check_cap(name, required, "to load and run")
+    return dataclasses.replace(checked, required_bytes=required)
+
+
+def _check_cap(name: str, nbytes: int, what: str) -> None:
+    if nbytes > HOST_MEMORY_CAP:
+        raise BadFile(name, f"would need {nbytes:,} bytes {what}, more than the host runtime's cap of "
+                            f"{HOST_MEMORY_CAP:,}; no program for a microcontroller needs that much: the file is "
+                            f"corrupted; {_FIX}")
+
+
+def _run_bytes(program: ProgramFile) -> int:
+    """What running takes beyond the file: the planned buffers, a zeroed block per unplanned tensor, a private
+    copy per constant tensor (``memory.constant_tensor``), each delegate's payload parsed once per delegate."""
+    total = sum(program.plan.non_const_buffer_sizes)
+    for value in program.plan.values:
+        tensor = value.val
+        if isinstance(tensor, schema.Tensor) and tensor.allocation_info is None:
+            total += max(tensor_nbytes(tensor), 1)
+    for delegate in program.plan.delegates:
+        total += len(program.delegate_data[delegate.processed.index])
+    return total
 
 
 def _check_plan(program: ProgramFile) -> None:
@@ -118,6 +152,9 @@ def _check_plan(program: ProgramFile) -> None:
 
     if not plan.chains:
         fail("the execution plan has no instruction chain")
+    for memory_id, size in enumerate(plan.non_const_buffer_sizes):
+        if size < 0:  # a negative size would slip past any sum of the sizes
+            fail(f"memory buffer {memory_id} has size {size:,}")
     for index in (*plan.inputs, *plan.outputs):
         check_index(index, "a program input or output")
     for value_index, value in enumerate(values):
@@ -153,6 +190,10 @@ def _check_plan(program: ProgramFile) -> None:
             check_index(args.move_to, where)
         elif isinstance(args, schema.JumpFalseCall):
             check_index(args.cond_value_index, where)
+            count = len(plan.chains[0].instructions)
+            if not 0 <= args.destination_instruction <= count:  # Python would take -1 as the last one
+                fail(f"{where} jumps to instruction {args.destination_instruction}, but the chain has {count} "
+                     f"(0..{count - 1}, {count} to end it)")
         elif isinstance(args, schema.FreeCall):
             check_index(args.value_index, where)
     for index, delegate in enumerate(plan.delegates):
@@ -191,3 +232,173 @@ def _check_tensor(program: ProgramFile, index: int, tensor: schema.Tensor, fail)
         if len(program.constants[tensor.data_buffer_idx]) < nbytes:
             fail(f"constant tensor value {index} needs {nbytes} bytes, its buffer holds "
                  f"{len(program.constants[tensor.data_buffer_idx])}")
+
+
+# -- what reading the file builds
+
+# ExecuTorch's reader (the flatbuffer object API, then dataclasses) builds one Python object per table and
+# one list, bytes or str per vector or string for every offset that refers to it: a table that a thousand
+# offsets share is built a thousand times. The walk below prices every field of program.fbs without building
+# anything, each shared table or vector once, so its time is bounded by the file's size.
+_TABLE_BYTES = 600  # the object-API object and the dataclass of one table, at their peak while reading
+_ITEM_BYTES = 40  # one number of a vector: a list slot and an int object
+_STRING, _BYTES, _NUMBERS, _TABLE, _TABLES, _UNION = range(6)
+_U8, _U16, _U32, _I32, _U64 = (struct.Struct(f) for f in ("<B", "<H", "<I", "<i", "<Q"))
+
+
+class _Table:
+    """A table of program.fbs as the walk sees it: (slot, kind, detail) per field that refers to more data,
+    slot = 4 + 2 * field id; detail is the element width of a number vector, the table of a table field, or
+    the member tables of a union by type (its type byte has the slot before)."""
+
+    def __init__(self, name: str, *fields: tuple[int, int, object]) -> None:
+        self.name, self.fields = name, fields
+
+
+_SCALARS = _Table("a table of scalars")  # Null, Int, Bool, Double, MoveCall, AllocationDetails, DataSegment, ...
+_TWO_STRINGS = _Table("Operator, ContainerMetadata", (4, _STRING, None), (6, _STRING, None))
+_TENSOR = _Table("Tensor", (8, _NUMBERS, 4), (10, _NUMBERS, 1), (16, _TABLE, _SCALARS),
+                 (22, _TABLE, _Table("ExtraTensorInfo", (6, _STRING, None))))
+_INDEX_LIST = _Table("TensorList, OptionalTensorList", (4, _NUMBERS, 4))
+_EVALUE = _Table("EValue", (6, _UNION, (  # KernelTypes, in the schema's order
+    _SCALARS, _SCALARS, _SCALARS, _SCALARS, _TENSOR, _Table("String", (4, _STRING, None)),
+    _Table("IntList", (4, _NUMBERS, 8)), _Table("DoubleList", (4, _NUMBERS, 8)), _Table("BoolList", (4, _NUMBERS, 1)),
+    _INDEX_LIST, _INDEX_LIST)))
+_CALL = _Table("KernelCall, DelegateCall", (6, _NUMBERS, 4))
+_INSTRUCTION = _Table("Instruction", (6, _UNION, (_CALL, _CALL, _SCALARS, _SCALARS, _SCALARS)))
+_FRAME_LIST = _Table("FrameList", (4, _TABLES, _Table("Frame", (4, _STRING, None), (8, _STRING, None),
+                                                      (10, _STRING, None))))
+_CHAIN = _Table("Chain", (4, _NUMBERS, 4), (6, _NUMBERS, 4), (8, _TABLES, _INSTRUCTION), (10, _TABLES, _FRAME_LIST))
+_DELEGATE = _Table("BackendDelegate", (4, _STRING, None), (6, _TABLE, _SCALARS),
+                   (8, _TABLES, _Table("CompileSpec", (4, _STRING, None), (6, _BYTES, None))))
+_PLAN = _Table("ExecutionPlan", (4, _STRING, None), (6, _TABLE, _TWO_STRINGS), (8, _TABLES, _EVALUE),
+               (10, _NUMBERS, 4), (12, _NUMBERS, 4), (14, _TABLES, _CHAIN), (16, _TABLES, _TWO_STRINGS),
+               (18, _TABLES, _DELEGATE), (20, _NUMBERS, 8), (22, _TABLES, _SCALARS))
+_BLOB = _Table("Buffer, BackendDelegateInlineData", (4, _BYTES, None))
+_SUBSEGMENTS = _Table("SubsegmentOffsets", (6, _NUMBERS, 8))
+_PROGRAM = _Table("Program", (6, _TABLES, _PLAN), (8, _TABLES, _BLOB), (10, _TABLES, _BLOB), (12, _TABLES, _SCALARS),
+                  (14, _TABLE, _SUBSEGMENTS), (16, _TABLES, _SUBSEGMENTS),
+                  (18, _TABLES, _Table("NamedData", (4, _STRING, None))))
+
+
+class _ReadCost:
+    """Bytes ExecuTorch's reader would build from a .pte flatbuffer, counted without building them."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.known: dict[tuple[int, int], int] = {}  # (id of the table kind, position) -> its cost
+
+    def program(self) -> int:
+        return self.table(_PROGRAM, self.read(_U32, 0))
+
+    def table(self, table: _Table, position: int) -> int:
+        key = (id(table), position)
+        if key not in self.known:
+            self.known[key] = _TABLE_BYTES + sum(self._field(position, *field) for field in table.fields)
+        return self.known[key]
+
+    def _field(self, position: int, slot: int, kind: int, detail) -> int:
+        where = self.slot(position, slot)
+        if where is None:
+            return 0
+        if kind == _UNION:
+            kind_at = self.slot(position, slot - 2)
+            member = (self.read(_U8, kind_at) if kind_at is not None else 0) - 1  # type 0 is NONE
+            return self.table(detail[member], self.refer(where)) if 0 <= member < len(detail) else 0
+        target = self.refer(where)
+        if kind == _TABLE:
+            return self.table(detail, target)
+        if kind == _TABLES:
+            key = (id(detail), -target)  # a vector of tables, keyed apart from a table at the same position
+            if key not in self.known:
+                self.known[key] = self._tables(detail, target)
+            return self.known[key]
+        count = self.read(_U32, target)
+        width = detail if kind == _NUMBERS else 1
+        self._inside(target + 4, count * width)
+        return count * (_ITEM_BYTES if kind == _NUMBERS else 1)
+
+    def _tables(self, table: _Table, vector: int) -> int:
+        count = self.read(_U32, vector)
+        self._inside(vector + 4, 4 * count)
+        slots = vector + 4 + 4 * np.arange(count, dtype=np.int64)
+        positions, repeats = np.unique(np.frombuffer(self.data, "<u4", count, vector + 4) + slots,
+                                       return_counts=True)
+        return sum(int(n) * self.table(table, int(p)) for p, n in zip(positions, repeats, strict=True))
+
+    def slot(self, position: int, slot: int) -> int | None:
+        """Where a table's field is, or None when the table leaves it out."""
+        vtable = position - self.read(_I32, position)
+        if slot >= self.read(_U16, vtable):
+            return None
+        offset = self.read(_U16, vtable + slot)
+        return position + offset if offset else None
+
+    def scalar(self, position: int, slot: int, kind: struct.Struct, default: int = 0) -> int:
+        where = self.slot(position, slot)
+        return default if where is None else self.read(kind, where)
+
+    def vector(self, position: int, slot: int, element: str) -> np.ndarray:
+        """A table's vector of numbers (empty when left out), read in place."""
+        where = self.slot(position, slot)
+        if where is None:
+            return np.zeros(0, element)
+        target = self.refer(where)
+        count = self.read(_U32, target)
+        self._inside(target + 4, count * np.dtype(element).itemsize)
+        return np.frombuffer(self.data, element, count, target + 4)
+
+    def tables(self, position: int, slot: int) -> list[int]:
+        """Where the tables of a table's vector of tables are."""
+        where = self.slot(position, slot)
+        if where is None:
+            return []
+        target = self.refer(where)
+        slots = target + 4 + 4 * np.arange(self.read(_U32, target), dtype=np.int64)
+        return [int(p) for p in self.vector(position, slot, "<u4") + slots]
+
+    def refer(self, where: int) -> int:
+        return where + self.read(_U32, where)
+
+    def read(self, kind: struct.Struct, position: int) -> int:
+        self._inside(position, kind.size)
+        return kind.unpack_from(self.data, position)[0]
+
+    def _inside(self, position: int, size: int) -> None:
+        if position < 0 or position + size > len(self.data):
+            raise ValueError(f"an offset points outside the file ({position:,} + {size:,} bytes)")
+
+
+def _segment_bytes(cost: _ReadCost, root: int, available: int) -> int:
+    """What moving the segments back into the program copies (``_restore_segments``): each segment, each
+    constant or mutable tensor cut out of its segment, each named data entry's segment."""
+    sizes = [min(cost.scalar(p, 6, _U64), available) for p in cost.tables(root, 12)]  # DataSegment.size
+    total = sum(sizes)
+    constant = cost.slot(root, 14)
+    subsegments = ([cost.refer(constant)] if constant is not None else []) + cost.tables(root, 16)[:1]
+    for position in subsegments:  # SubsegmentOffsets: segment_index, offsets (any order: each cut is a copy)
+        index = cost.scalar(position, 4, _U32)
+        length = sizes[index] if index < len(sizes) else 0
+        starts = np.minimum(cost.vector(position, 6, "<u8"), length).astype(np.int64)
+        ends = np.append(starts[1:], length)
+        total += int(np.maximum(ends - starts, 0).sum()) + _TABLE_BYTES * len(starts)
+    for position in cost.tables(root, 18):  # NamedData.segment_index
+        index = cost.scalar(position, 6, _U32)
+        total += sizes[index] if index < len(sizes) else 0
+    return total
+
+
+def _read_bytes(name: str, data: bytes, header) -> int:
+    """What ExecuTorch's reader builds from ``data``, priced before it runs and refused over the cap."""
+    program_size = header.program_size if header is not None else len(data)
+    segment_base = header.segment_base_offset if header is not None else 0
+    cost = _ReadCost(memoryview(data)[:program_size])
+    try:
+        root = cost.read(_U32, 0)
+        total = cost.table(_PROGRAM, root) + len(data)  # the program's and the segments' bytes, copied once
+        if segment_base:
+            total += _segment_bytes(cost, root, len(data) - segment_base)
+    except ValueError as e:
+        raise BadFile(name, f"is truncated or corrupted ({e}); {_FIX}") from None
+    _check_cap(name, total, "to read")
+    return total

@@ -38,6 +38,8 @@ from imxrt.pipeline import CompileOptions, compile  # noqa: E402
 
 
 def _example(name: str):
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))  # the examples import their shared seeding helpers (_seeded.py)
     spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # upstream's strict (dynamo) export imports the model's module by name

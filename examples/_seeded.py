@@ -1,23 +1,46 @@
 """Deterministic model and data for the example SOURCE files (imported by them; not a SOURCE itself).
 
-Weights are random but seeded; BatchNorm statistics come from a few training-mode passes over seeded
-noise, so BN folding has real work to do. Inputs are uniform in [-1, 1).
+Weights are random but seeded, drawn with numpy's generator: torch's own initializers and ``randn`` round
+differently with the SIMD level (ATEN_CPU_CAPABILITY), and an example must be the same model, so compile to
+the same bytes, on every machine. BatchNorm statistics come from a few training-mode passes over seeded
+noise, so BN folding has real work to do, run in float64 (in float32 the statistics moved by a float step
+with the thread count). Inputs are uniform in [-1, 1).
 """
 
+import math
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
 
+def initialize(net: nn.Module, seed: int = 0) -> nn.Module:
+    """PyTorch's default init for convolutions and linear layers (uniform within 1/sqrt(fan_in)), drawn
+    from numpy's generator."""
+    rng = np.random.default_rng(seed)
+    with torch.no_grad():
+        for module in net.modules():
+            if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Linear)):
+                bound = 1 / math.sqrt(module.weight[0].numel())
+                for parameter in (module.weight, module.bias):
+                    if parameter is not None:
+                        parameter.copy_(torch.from_numpy(rng.uniform(-bound, bound, tuple(parameter.shape))))
+    return net
+
+
+def refresh_batch_norm(net: nn.Module, input_shape: tuple[int, ...], passes: int, seed: int = 1) -> nn.Module:
+    """BatchNorm statistics from training-mode passes over seeded noise, in float64; returned in eval mode."""
+    rng = np.random.default_rng(seed)
+    net = net.train().double()
+    with torch.no_grad():
+        for _ in range(passes):
+            net(torch.from_numpy(rng.standard_normal(input_shape)))
+    return net.float().eval()
+
+
 def seeded_model(build: Callable[[], nn.Module], input_shape: tuple[int, ...], passes: int = 8) -> nn.Module:
-    with torch.random.fork_rng(devices=[]):  # seed without touching the caller's random state
-        torch.manual_seed(0)
-        net = build().train()
-        with torch.no_grad():
-            for _ in range(passes):
-                net(torch.randn(8, *input_shape[1:]))
-    return net.eval()
+    return refresh_batch_norm(initialize(build()), (8, *input_shape[1:]), passes)
 
 
 def uniform_inputs(input_shape: tuple[int, ...], seed: int) -> tuple[torch.Tensor, ...]:

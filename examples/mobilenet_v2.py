@@ -2,13 +2,14 @@
 
 Eight inverted residual blocks: 1×1 expand conv + BN + ReLU6, 3×3 depthwise conv + BN + ReLU6 (stride 1
 or 2), 1×1 project conv + BN, and a residual add where the stride is 1 and the channels match.
-Weights are random but deterministic; BatchNorm statistics come from a few training-mode passes over
-seeded random data, so BN folding has real work to do.
+Weights are random but deterministic (the same on every machine); BatchNorm statistics come from a few
+training-mode passes over seeded random data, so BN folding has real work to do.
 
     imxrt compile examples/mobilenet_v2.py --target imxrt700 -o out/
 """
 
 import torch
+from _seeded import initialize, refresh_batch_norm
 from torch import nn
 
 # (expand ratio, output channels at width 1.0, repeats, stride of the first repeat)
@@ -69,14 +70,10 @@ class MobileNetV2(nn.Module):
 
 def build_mobilenet_v2(width: float = 0.35, input_size: int = 96, num_classes: int = 10,
                        stages=_STAGES) -> nn.Module:
-    """Seeded weights, BN statistics from training-mode passes on seeded noise; returned in eval mode."""
-    with torch.random.fork_rng(devices=[]):  # seed without touching the caller's random state
-        torch.manual_seed(0)
-        net = MobileNetV2(width, num_classes, stages).train()
-        with torch.no_grad():
-            for _ in range(4):
-                net(torch.randn(4, 3, input_size, input_size))
-    return net.eval()
+    """Seeded weights, BN statistics from training-mode passes on seeded noise (``_seeded``: the same
+    model on every machine); returned in eval mode."""
+    net = initialize(MobileNetV2(width, num_classes, stages))
+    return refresh_batch_norm(net, (4, 3, input_size, input_size), passes=4)
 
 
 def model() -> nn.Module:

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import subprocess
+import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -69,3 +73,29 @@ def test_etrecord_digest_is_stable_within_a_process():
     digest = hashlib.sha256(etrecord_bytes(result.etrecord)).hexdigest()
     _compile("imxrt700")
     assert hashlib.sha256(etrecord_bytes(result.etrecord)).hexdigest() == digest
+
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mobilenet_v2.py"
+
+
+def _compile_in(folder: Path, **env: str) -> dict[str, bytes]:
+    """`imxrt compile` of the bundled example run from ``folder`` (a relative -o) with extra environment;
+    every file it wrote, by relative path."""
+    folder.mkdir()
+    subprocess.run([sys.executable, "-m", "imxrt.cli", "compile", str(EXAMPLE), "--target", "imxrt700", "-o", "out",
+                    "--quiet"], cwd=folder, env={**os.environ, **env}, check=True, capture_output=True)
+    out = folder / "out"
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def test_the_example_compiles_to_the_same_bytes_whatever_the_threads_simd_level_and_folder(tmp_path):
+    """Before: one thread or the scalar ATen kernels moved the output scale by a float step (the example's
+    weights and BatchNorm statistics, and the calibration ranges, were float32 sums whose rounding depends
+    on their order), and the ETRecord held object ids and timestamps."""
+    reference = _compile_in(tmp_path / "a")
+    assert {"model.pte", "model.etrecord", "report.json", "npu/partition_0.tflite"} <= set(reference)
+    for name, env in (("b", {"OMP_NUM_THREADS": "1"}), ("c", {"ATEN_CPU_CAPABILITY": "default"})):
+        other = _compile_in(tmp_path / name, **env)
+        assert set(other) == set(reference)
+        differing = [path for path in reference if other[path] != reference[path]]
+        assert not differing, f"{env}: {differing} differ"

@@ -200,6 +200,8 @@ def out_kernel(op: CortexMOp) -> Callable[..., torch.Tensor]:
     """Writes the logical result into ``out``, which may be any strided view (an arena slot)."""
 
     def run(*args, out):
+        expected = op.fake(*reference.on_meta(args))  # sized before the kernel allocates a result that large
+        reference.check_out(op.name, out.shape, out.dtype, expected.shape, expected.dtype)
         result = op.reference(*args)
         reference.check_out(op.name, out.shape, out.dtype, result.shape, result.dtype)
         return out.copy_(result)

@@ -218,7 +218,7 @@ def prepared(name: str, kernel: Callable[..., Evaluate], data: tuple[int, ...], 
     def prepare(*args, out):
         evaluate = kernel(*((args[0].permute(0, 2, 3, 1), *args[1:]) if nchw else args))
         if fake is not None:  # after the kernel's own checks, which the fake's arithmetic relies on
-            result = fake(*args)
+            result = fake(*on_meta(args))
             check_out(name, out.shape, out.dtype, result.shape, result.dtype)
         if nchw:
             args = (args[0].permute(0, 2, 3, 1), *args[1:])
@@ -232,6 +232,12 @@ def prepared(name: str, kernel: Callable[..., Evaluate], data: tuple[int, ...], 
             return out
         return run
     return prepare
+
+
+def on_meta(args) -> tuple:
+    """The arguments with every tensor on the meta device: a fake run on them sizes a result without
+    allocating it (a file's arguments can ask for any size)."""
+    return tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args)
 
 
 def _view(tensor: torch.Tensor) -> np.ndarray:

@@ -98,9 +98,17 @@ def rounding_constants(multiplier, shift):
     when x M' + K < 2**(30 + right): below ``tie_threshold`` subtract ``tie_step`` (2**31, or 0 when
     right = 0). Returns int64 arrays (M', K, tie_threshold, tie_step, S)."""
     shift = np.asarray(shift, dtype=np.int64)
+    multiplier = np.asarray(multiplier, dtype=np.int64)
+    # What a requantization can hold (TFLite / CMSIS-NN: a Q31 multiplier, shifts within 31); outside it the
+    # arithmetic below overflows int64 or, in Python integers, grows without bound.
+    if shift.size and (shift.min() < -31 or shift.max() > 31):
+        raise ValueError(f"a requantization shift of {int(shift.min() if shift.min() < -31 else shift.max())} "
+                         "is outside -31..31")
+    if multiplier.size and (multiplier.min() < -(1 << 31) or multiplier.max() >= 1 << 31):
+        raise ValueError("a requantization multiplier is outside the 32-bit range")
     left = np.maximum(shift, 0)
     right = np.maximum(-shift, 0)
-    scaled = np.asarray(multiplier, dtype=np.int64) << left
+    scaled = multiplier << left
     rounds_twice = right >= 1
     offset = (1 << 30) + np.where(rounds_twice, np.int64(1) << (30 + right), 0)
     tie_threshold = np.int64(1) << (30 + right)

@@ -12,6 +12,7 @@ import os
 import numpy as np
 import torch
 
+from imxrt import integrity
 from imxrt.errors import BadFile, ImxrtError
 from imxrt.runtime.inputs import warn_non_finite
 from imxrt.runtime.interpreter import Interpreter
@@ -35,7 +36,12 @@ class Program:
         """Run the program once on ``inputs`` (in the program's order); its outputs as numpy arrays. NaN or
         Inf in a float input is run, with a warning naming the input."""
         warn_non_finite(inputs)
-        return self._interpreter.run(inputs)
+        try:
+            return self._interpreter.run(inputs)
+        except ImxrtError:
+            raise
+        except Exception as e:  # a kernel or delegate that cannot run what the file asks: one BadFile
+            raise refusal(self.file, "fails while running", e) from e
 
     __call__ = forward
 
@@ -52,9 +58,16 @@ def load(source: bytes | bytearray | str | os.PathLike, check_plan: bool = False
         return Program(program, check_plan=check_plan)
     except ImxrtError:
         raise
-    except (TypeError, ValueError, KeyError, IndexError) as e:
-        # The structure checks passed, but a value is impossible (an enum out of range, a missing list):
-        # a damaged file, said as such rather than as a crash deep inside.
-        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BadFile(program.name, f"is corrupted: a value cannot be prepared ({type(e).__name__}: {detail}); "
-                                    "compile the model again") from e
+    except Exception as e:  # the structure checks passed, but a value is impossible: said as such, not a crash
+        raise refusal(program, "cannot be prepared", e) from e
+
+
+def refusal(program: ProgramFile, what: str, error: Exception) -> BadFile:
+    """The one-line ``BadFile`` for a program the runtime failed on past its checks. A file whose checksum
+    matches is as the compiler wrote it, so the failure is ours; any other file may be damaged or crafted."""
+    detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    if isinstance(program.seal, integrity.Sealed):
+        why = "the file is as the compiler wrote it (its checksum matches): an imxrt bug, please report it"
+    else:
+        why = "the file has no imxrt checksum, so it may be damaged or not a program of ours; compile the model again"
+    return BadFile(program.name, f"{what} ({type(error).__name__}: {detail}); {why}")

@@ -636,6 +636,7 @@ class LiteRTRunner:
         if not model.subgraphs or len(model.subgraphs) != 1:
             raise BadTflite(f"expected one subgraph, found {len(model.subgraphs or [])}")
         graph = model.subgraphs[0]
+        _check_tensor_bytes(graph)
         constants = {}
         for index, tensor in enumerate(graph.tensors or []):
             data = _constant(model, tensor)
@@ -699,3 +700,19 @@ class LiteRTRunner:
             else:
                 for index, result in zip(outputs, results, strict=True):
                     values[index] = result
+
+
+def _check_tensor_bytes(graph) -> None:
+    """The subgraph's tensors fit the host runtime's memory cap, counted from their shapes before any of
+    them is allocated (a damaged shape can ask for gigabytes)."""
+    from imxrt.runtime.program import HOST_MEMORY_CAP  # the cap the .pte's own memory counts against
+
+    total = 0
+    for index, tensor in enumerate(graph.tensors or []):
+        shape = [int(size) for size in (tensor.shape if tensor.shape is not None else [])]
+        if any(size < 0 for size in shape):
+            raise BadTflite(f"tensor {index} has negative sizes {shape}")
+        total += functools.reduce(operator.mul, shape, 1) * np.dtype(_NUMPY_DTYPES.get(tensor.type, np.int64)).itemsize
+    if total > HOST_MEMORY_CAP:
+        raise BadTflite(f"its tensors would take {total:,} bytes, more than the host runtime's cap of "
+                        f"{HOST_MEMORY_CAP:,}")

@@ -106,14 +106,14 @@ def read_program(source: bytes | bytearray | memoryview | str | os.PathLike) -> 
     if not program.execution_plan:
         raise BadFile(name, "holds no execution plan")
     plan = program.execution_plan[0]
-    constants = [bytes(buffer.storage) for buffer in program.constant_buffer]
-    delegates = [bytes(blob.data) for blob in program.backend_delegate_data]
-    checked = ProgramFile(name, plan, constants, delegates, seal)
-    try:
+    try:  # a vector or value the reader gave as None
+        constants = [bytes(buffer.storage) for buffer in program.constant_buffer]
+        delegates = [bytes(blob.data) for blob in program.backend_delegate_data]
+        checked = ProgramFile(name, plan, constants, delegates, seal)
         _check_plan(checked)
-    except (TypeError, ValueError, KeyError, IndexError) as e:  # a vector or value the reader gave as None
+        required = read_bytes + _run_bytes(checked)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
         raise BadFile(name, f"is corrupted ({type(e).__name__}: {e}); {_FIX}") from e
-    required = read_bytes + _run_bytes(checked)
     _check_cap(name, required, "to load and run")
     return dataclasses.replace(checked, required_bytes=required)
 

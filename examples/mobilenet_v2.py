@@ -72,8 +72,9 @@ def build_mobilenet_v2(width: float = 0.35, input_size: int = 96, num_classes: i
                        stages=_STAGES) -> nn.Module:
     """Seeded weights, BN statistics from training-mode passes on seeded noise (``_seeded``: the same
     model on every machine); returned in eval mode."""
-    net = initialize(MobileNetV2(width, num_classes, stages))
-    return refresh_batch_norm(net, (4, 3, input_size, input_size), passes=4)
+    with torch.random.fork_rng(devices=[]):  # torch's own init in the constructor: the caller's state stays
+        net = MobileNetV2(width, num_classes, stages)
+    return refresh_batch_norm(initialize(net), (4, 3, input_size, input_size), passes=4)
 
 
 def model() -> nn.Module:

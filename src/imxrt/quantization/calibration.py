@@ -33,42 +33,81 @@ def calibrate(
 
     A sample holding NaN or Inf is refused: the observers skip non-finite values (the model's own), so they
     would silently calibrate on the rest of it."""
-    count, wide = 0, False
+    count = 0
+    widen(observed)
     try:
         with torch.no_grad():
             for index, sample in tqdm(read_samples(samples, "calibration"), total=total, desc="calibrating",
                                       unit="sample", disable=not show_progress, leave=False):
                 sample = tuple(sample) if isinstance(sample, (list, tuple)) else (sample,)
                 check_finite_sample(f"calibration sample {index}", sample)
-                if index == 0 and _runs_in_float64(observed, sample):
-                    wide = True
-                    observed.to(torch.float64)
                 try:
-                    observed(*(_widened(sample) if wide else sample))
+                    observed(*sample)
                 except Exception as e:  # a user's calibration tuple that does not fit the model
                     raise BadModel(f"calibration sample {index} could not be run: {e}") from e
                 count = index + 1
     finally:
-        if wide:
-            observed.to(torch.float32)  # the ranges rounded to float32: what the quantized model computes with
+        narrow(observed)
     if count == 0:
         raise BadModel("the calibration data is empty; give at least one input tuple")
     return count
 
 
-def _widened(sample: Sequence[object]) -> tuple:
-    return tuple(x.to(torch.float64) if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
-                 for x in sample)
+_WIDENED = "imxrt_widened_inputs"  # GraphModule.meta: the casts ``widen`` put after the float32 inputs
 
 
-def _runs_in_float64(observed: torch.fx.GraphModule, sample: Sequence[object]) -> bool:
-    """Whether a float64 copy of the observed model runs the first sample (the copy's observers are thrown
-    away with it)."""
+def widen(observed: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """The observed model in float64, in place: its parameters and buffers, and a cast after each float32
+    input, so it still takes the user's float32 samples. Left as it is when it does not run in float64 (or is
+    not all float32). ExecuTorch's export recipe runs it after ``prepare_pt2e`` (a post-prepare pass)."""
+    if _WIDENED in observed.meta or not _runs_in_float64(observed):
+        return observed
+    casts = []
+    graph = observed.graph
+    for placeholder in [n for n in graph.nodes if n.op == "placeholder"]:
+        value = placeholder.meta.get("val")
+        if not isinstance(value, torch.Tensor) or value.dtype != torch.float32:
+            continue
+        with graph.inserting_after(placeholder):
+            cast = graph.call_function(torch.ops.aten._to_copy.default, (placeholder,), {"dtype": torch.float64})
+        placeholder.replace_all_uses_with(cast, delete_user_cb=lambda user, cast=cast: user is not cast)
+        casts.append(cast)
+    observed.to(torch.float64)
+    observed.meta[_WIDENED] = casts
+    observed.recompile()
+    return observed
+
+
+def narrow(observed: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Undo ``widen``: the casts removed, parameters, buffers and the observers' ranges back in float32
+    (rounded: what the quantized model computes with). ExecuTorch's recipe runs it before ``convert_pt2e``."""
+    casts = observed.meta.pop(_WIDENED, None)
+    if casts is None:
+        return observed
+    for cast in casts:
+        cast.replace_all_uses_with(cast.args[0])
+        observed.graph.erase_node(cast)
+    observed.to(torch.float32)
+    observed.recompile()
+    return observed
+
+
+def _runs_in_float64(observed: torch.fx.GraphModule) -> bool:
+    """Whether a float64 copy of the observed model runs on zeros of its inputs' shapes (the copy's
+    observers are thrown away with it)."""
     tensors = [*observed.parameters(), *observed.buffers()]
     if any(t.is_floating_point() and t.dtype != torch.float32 for t in tensors):
         return False  # a float64 or half model: widening and narrowing back would change its weights
+    inputs = []
+    for placeholder in (n for n in observed.graph.nodes if n.op == "placeholder"):
+        value = placeholder.meta.get("val")
+        if not isinstance(value, torch.Tensor):
+            return False
+        dtype = torch.float64 if value.dtype == torch.float32 else value.dtype
+        inputs.append(torch.zeros(tuple(value.shape), dtype=dtype))
     try:
-        copy.deepcopy(observed).to(torch.float64)(*_widened(sample))
+        with torch.no_grad():
+            copy.deepcopy(observed).to(torch.float64)(*inputs)
     except Exception as e:  # noqa: BLE001  (any failure means: calibrate in float32)
         log.info("calibrating in float32: the model does not run in float64 (%s)", e)
         return False

@@ -342,3 +342,25 @@ def test_a_kept_failed_partition_does_not_overwrite_a_user_file(tmp_path):
     assert (out / "npu" / "failed_neutron_0.tflite").read_bytes() == b"mine"
     assert kept.parent == out / "npu" and kept.read_bytes() == b"TFL3 input"
     assert keep_failed_partition(error, out) not in (kept, out / "npu" / "failed_neutron_0.tflite")
+
+
+def test_imxrt_header_in_a_compiles_folder_is_that_compiles_own(tmp_path, capsys):
+    """`imxrt header OUT/model.pte` wrote model_pte.h/.c that no manifest listed: a later `--c-header` compile
+    into OUT refused them as the user's, and a plain one left a header of another program beside the new one."""
+    out = tmp_path / "out"
+    tiny(0).save(out)
+    assert main(["header", str(out / "model.pte")]) == 0
+    tiny(1).save(out, c_header=True)  # replaces them: they are ours
+    assert b"model_pte" in (out / "model_pte.h").read_bytes()
+    tiny(2).save(out)  # a compile without a header removes the stale one
+    assert not (out / "model_pte.h").exists() and not (out / "model_pte.c").exists()
+    capsys.readouterr()
+
+
+def test_imxrt_header_never_overwrites_a_users_file_in_a_compiles_folder(tmp_path, capsys):
+    out = tmp_path / "out"
+    tiny(0).save(out)
+    (out / "model_pte.h").write_text("/* mine */\n")
+    assert main(["header", str(out / "model.pte")]) == EXIT_USER_ERROR
+    assert "remove model_pte.h" in _one_error_line(capsys)
+    assert (out / "model_pte.h").read_text() == "/* mine */\n" and not (out / "model_pte.c").exists()

@@ -239,7 +239,7 @@ def paired_report(pte: Path, report: Path | None) -> Path:
 
 
 def _header(args: argparse.Namespace) -> int:
-    from imxrt import firmware
+    from imxrt import firmware, output_folder
     from imxrt.errors import BadFile
 
     try:
@@ -247,7 +247,11 @@ def _header(args: argparse.Namespace) -> int:
     except OSError as e:
         raise BadFile(str(args.pte), f"cannot be read ({e.strerror or e}); give the .pte imxrt compile wrote") from None
     io = read_io(paired_report(args.pte, args.report))
-    paths = firmware.write(args.output or args.pte.parent, pte, io, args.name)
+    folder = args.output or args.pte.parent
+    names = [f"{args.name}.h", f"{args.name}.c"]
+    output_folder.check_overwrite(folder, names)  # a compile's folder: never over a file of the user's
+    paths = firmware.write(folder, pte, io, args.name)
+    output_folder.adopt(folder, names)  # the next compile there replaces or removes them
     print(f"wrote {paths[0]} and {paths[1]} ({len(pte):,} program bytes)")
     return 0
 

@@ -124,6 +124,29 @@ def write(folder: str | Path, files: dict[str, bytes]) -> None:
                     MANIFEST)
 
 
+def check_overwrite(folder: str | Path, names: list[str]) -> None:
+    """Before another imxrt command (``imxrt header``) writes ``names`` into a compile's output folder: refuse
+    (``BadOption``) a name that exists there and is not a file of the manifest, unchanged. No manifest: a folder
+    of the user's own, where the command overwrites its own outputs as before."""
+    folder = Path(folder).resolve()
+    manifest = read_manifest(folder) if (folder / MANIFEST).exists() else None
+    if manifest is not None:
+        _refuse_conflicts(folder, dict.fromkeys(names, b""), _ours(folder, manifest))
+
+
+def adopt(folder: str | Path, names: list[str]) -> None:
+    """Add files another imxrt command wrote into a compile's output folder to its manifest, so the next compile
+    there replaces or removes them as its own (a C header of another program must not stay beside the new one)."""
+    folder = Path(folder).resolve()
+    manifest = read_manifest(folder) if (folder / MANIFEST).exists() else None
+    if manifest is None or manifest.replacing:
+        return
+    files = dict(manifest.files)
+    for name in names:
+        files[_relative(name)] = _entry((folder / name).read_bytes())
+    _write_manifest(folder, Manifest(files, manifest.folders))
+
+
 def read_manifest(folder: Path) -> Manifest | None:
     """The manifest in ``folder``, or None when there is none. ``BadFile`` when it is not one we wrote."""
     path = folder / MANIFEST

@@ -42,7 +42,8 @@ def refresh_batch_norm(net: nn.Module, input_shape: tuple[int, ...], passes: int
 
 def seeded_model(build: Callable[[], nn.Module], input_shape: tuple[int, ...], passes: int = 8) -> nn.Module:
     """torch's own initializers and BatchNorm passes on ``randn`` noise, seeded: the MLPerf Tiny examples'
-    weights, which their recorded figures were measured on (the same on machines of one SIMD level)."""
+    weights, which their recorded figures were measured on (the same model for one thread count and SIMD
+    level)."""
     with torch.random.fork_rng(devices=[]):  # seed without touching the caller's random state
         torch.manual_seed(0)
         net = build().train()

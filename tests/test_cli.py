@@ -8,18 +8,11 @@ import sys
 import textwrap
 
 import pytest
+from edited_programs import SMALL_CONV_NET_SOURCE
 
 from imxrt.cli import EXIT_USER_ERROR, main
 
-TINY = """
-import torch
-def model():
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
-                               torch.nn.Linear(4 * 4 * 4, 2)).eval()
-def example_inputs():
-    return (torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(1)),)
-"""
+TINY = SMALL_CONV_NET_SOURCE
 
 BAD_SOURCES = {
     "no_model": ("def example_inputs():\n    return ()\n", "defines no model() function"),

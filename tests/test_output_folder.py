@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from edited_programs import SMALL_CONV_NET_SOURCE
 
 import imxrt.output_folder
 import imxrt.pipeline
@@ -25,15 +26,7 @@ from imxrt.pipeline import CompileOptions, CompileResult, keep_failed_partition
 
 MANIFEST = ".imxrt-manifest.json"
 
-TINY = """
-import torch
-def model():
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
-                               torch.nn.Linear(4 * 4 * 4, 2)).eval()
-def example_inputs():
-    return (torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(1)),)
-"""
+TINY = SMALL_CONV_NET_SOURCE
 
 
 @functools.cache

@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from edited_programs import compile_small_conv_net, edited
 from executorch.exir import schema
-from executorch.exir._serialize._program import PTEFile, deserialize_pte_binary, serialize_pte_binary
+from executorch.exir._serialize._program import deserialize_pte_binary
 
 import imxrt
 import imxrt.runtime
@@ -22,17 +23,11 @@ from imxrt.runtime import allowlist, ops
 @pytest.fixture(scope="module")
 def cpu_program() -> bytes:
     """A program whose every op runs on the CPU: quantize, cortex_m conv / linear, dequantize."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
-                                torch.nn.Linear(4 * 4 * 4, 2)).eval()
-    inputs = (torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(1)),)
-    return imxrt.compile(model, inputs, "imxrt700-cpu", [inputs], imxrt.CompileOptions(show_progress=False)).pte
+    return compile_small_conv_net("imxrt700-cpu")
 
 
 def _edited(pte: bytes, edit) -> bytes:
-    program = deserialize_pte_binary(pte).program
-    edit(program.execution_plan[0])
-    return bytes(serialize_pte_binary(PTEFile(program=program, mutable_data=None, named_data=None)))
+    return edited(pte, lambda program: edit(program.execution_plan[0]))
 
 
 def _kernel_calls(plan: schema.ExecutionPlan) -> list[schema.KernelCall]:

@@ -12,7 +12,8 @@ import struct
 import numpy as np
 import pytest
 import torch
-from executorch.exir._serialize._program import PTEFile, deserialize_pte_binary, serialize_pte_binary
+from edited_programs import compile_small_conv_net, edited
+from executorch.exir._serialize._program import deserialize_pte_binary
 
 import imxrt
 import imxrt.runtime
@@ -23,18 +24,7 @@ from imxrt.runtime.neutron import MICROCODE_MAGIC, is_microcode
 @pytest.fixture(scope="module")
 def compiled() -> bytes:
     """A small delegated program: quantize -> NeutronBackend (conv, relu, linear) -> dequantize."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
-                                torch.nn.Linear(4 * 4 * 4, 2)).eval()
-    inputs = (torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(1)),)
-    return imxrt.compile(model, inputs, "imxrt700", [inputs], imxrt.CompileOptions(show_progress=False)).pte
-
-
-def _edited(pte: bytes, edit) -> bytes:
-    """The program with `edit(program)` applied to its deserialized form, serialized again."""
-    program = deserialize_pte_binary(pte).program
-    edit(program)
-    return bytes(serialize_pte_binary(PTEFile(program=program, mutable_data=None, named_data=None)))
+    return compile_small_conv_net("imxrt700")
 
 
 def microcode_payload(n_in: int = 1, n_out: int = 1) -> bytes:
@@ -110,7 +100,7 @@ def test_plan_outside_its_buffer(compiled):
         program.execution_plan[0].non_const_buffer_sizes[1] = 16
 
     with pytest.raises(BadFile, match=r"overruns memory buffer 1 \(16 bytes\)"):
-        imxrt.runtime.load(_edited(compiled, overrun))
+        imxrt.runtime.load(edited(compiled, overrun))
 
 
 # -- what the program holds
@@ -124,7 +114,7 @@ def test_microcode_payload_needs_the_board_or_nxps_simulator(compiled):
         program.backend_delegate_data[0].data = microcode_payload()
 
     with pytest.raises(BadFile) as error:
-        imxrt.runtime.load(_edited(compiled, to_microcode))
+        imxrt.runtime.load(edited(compiled, to_microcode))
     assert "Neutron microcode" in str(error.value)
     assert "board" in str(error.value) and "NXP's Neutron simulator" in str(error.value)
 
@@ -134,7 +124,7 @@ def test_unknown_payload(compiled):
         program.backend_delegate_data[0].data = bytes(range(64))
 
     with pytest.raises(BadFile, match="neither an imxrt reference payload nor Neutron microcode"):
-        imxrt.runtime.load(_edited(compiled, to_garbage))
+        imxrt.runtime.load(edited(compiled, to_garbage))
 
 
 def test_unknown_delegate_id(compiled):
@@ -142,7 +132,7 @@ def test_unknown_delegate_id(compiled):
         program.execution_plan[0].delegates[0].id = "XnnpackBackend"
 
     with pytest.raises(BadFile, match="delegate 0 is 'XnnpackBackend'; the host runtime runs NeutronBackend"):
-        imxrt.runtime.load(_edited(compiled, rename))
+        imxrt.runtime.load(edited(compiled, rename))
 
 
 def test_unknown_operator(compiled):
@@ -150,7 +140,7 @@ def test_unknown_operator(compiled):
         program.execution_plan[0].operators[0].name = "acme::frobnicate"
 
     with pytest.raises(BadFile, match="calls operator acme::frobnicate.out, which the host runtime does not have"):
-        imxrt.runtime.load(_edited(compiled, rename))
+        imxrt.runtime.load(edited(compiled, rename))
 
 
 # -- inputs

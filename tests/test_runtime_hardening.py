@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from ai_edge_litert import schema_py_generated as tflite
-from executorch.exir._serialize._program import PTEFile, deserialize_pte_binary, serialize_pte_binary
+from edited_programs import edited
 
 import imxrt
 import imxrt.runtime
@@ -30,17 +30,12 @@ def sealed() -> bytes:
     return imxrt.compile(model, inputs, "imxrt700-cpu", [inputs], imxrt.CompileOptions(show_progress=False)).pte
 
 
-def _unsealed(pte: bytes) -> bytes:
-    return bytes(serialize_pte_binary(PTEFile(program=deserialize_pte_binary(pte).program, mutable_data=None,
-                                              named_data=None)))
-
-
 @pytest.mark.parametrize("seal, words", [(True, r"its checksum matches\): an imxrt bug"),
                                          (False, "has no imxrt checksum, so it may be damaged")])
 def test_a_failure_while_running_is_one_bad_file(sealed, monkeypatch, seal, words):
     """Fuzzed files made kernels raise RuntimeError, AttributeError, OverflowError, RecursionError, ...: each
     used to leave the runtime as that exception (an internal error, exit 3)."""
-    program = imxrt.runtime.load(sealed if seal else _unsealed(sealed))
+    program = imxrt.runtime.load(sealed if seal else edited(sealed))
 
     def fail(self, inputs):
         raise AttributeError("'int' object has no attribute 'shape'")
@@ -57,7 +52,7 @@ def test_a_failure_while_preparing_is_one_bad_file(sealed, monkeypatch):
 
     monkeypatch.setattr(Interpreter, "__init__", fail)
     with pytest.raises(BadFile, match=r"cannot be prepared \(RecursionError: maximum recursion depth exceeded\)"):
-        imxrt.runtime.load(_unsealed(sealed))
+        imxrt.runtime.load(edited(sealed))
 
 
 def test_a_cortex_m_result_is_sized_before_the_kernel_allocates_it():
@@ -101,4 +96,4 @@ def test_a_constant_buffer_the_reader_gives_as_none_is_a_bad_file(sealed, monkey
 
     monkeypatch.setattr(program_module, "deserialize_pte_binary", without_storage)
     with pytest.raises(BadFile, match=r"is corrupted \(TypeError: cannot convert 'NoneType' object to bytes\)"):
-        imxrt.runtime.load(_unsealed(sealed))
+        imxrt.runtime.load(edited(sealed))

@@ -14,8 +14,9 @@ import copy
 import numpy as np
 import pytest
 import torch
+from edited_programs import edited
 from executorch.exir import schema, to_edge
-from executorch.exir._serialize._program import PTEFile, deserialize_pte_binary, serialize_pte_binary
+from executorch.exir._serialize._program import deserialize_pte_binary
 
 import imxrt.runtime
 from imxrt.runtime import plan_check
@@ -36,15 +37,16 @@ def correct() -> bytes:
 
 
 def _relu_in_place(pte: bytes) -> bytes:
-    program = deserialize_pte_binary(pte).program
-    plan = program.execution_plan[0]
-    relu = next(i for i, op in enumerate(plan.operators) if op.name == "aten::relu")
-    call = next(ins.instr_args for ins in plan.chains[0].instructions
-                if isinstance(ins.instr_args, schema.KernelCall) and ins.instr_args.op_index == relu)
-    source, out = call.args[0], call.args[1]
-    assert plan.values[source].val.allocation_info != plan.values[out].val.allocation_info
-    plan.values[out].val.allocation_info = copy.deepcopy(plan.values[source].val.allocation_info)
-    return bytes(serialize_pte_binary(PTEFile(program=program, mutable_data=None, named_data=None)))
+    def onto_its_input(program):
+        plan = program.execution_plan[0]
+        relu = next(i for i, op in enumerate(plan.operators) if op.name == "aten::relu")
+        call = next(ins.instr_args for ins in plan.chains[0].instructions
+                    if isinstance(ins.instr_args, schema.KernelCall) and ins.instr_args.op_index == relu)
+        source, out = call.args[0], call.args[1]
+        assert plan.values[source].val.allocation_info != plan.values[out].val.allocation_info
+        plan.values[out].val.allocation_info = copy.deepcopy(plan.values[source].val.allocation_info)
+
+    return edited(pte, onto_its_input)
 
 
 def _run(pte: bytes, check_plan: bool) -> np.ndarray:

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import torch
 from ai_edge_litert import schema_py_generated as tflite_schema
+from edited_programs import edited
 from executorch.exir import schema
-from executorch.exir._serialize._program import PTEFile, deserialize_pte_binary, serialize_pte_binary
 from executorch.exir._serialize.generated.executorch_flatbuffer.Buffer import BufferT
 from executorch.exir._serialize.generated.executorch_flatbuffer.EValue import EValueT
 from executorch.exir._serialize.generated.executorch_flatbuffer.KernelTypes import KernelTypes
@@ -61,13 +61,6 @@ def delegated() -> bytes:
     return _compile("imxrt700")
 
 
-def _edited(pte: bytes, edit) -> bytes:
-    """The program with `edit(program)` applied to its deserialized form, serialized again."""
-    program = deserialize_pte_binary(pte).program
-    edit(program)
-    return bytes(serialize_pte_binary(PTEFile(program=program, mutable_data=None, named_data=None)))
-
-
 def _append(plan: schema.ExecutionPlan, value) -> int:
     plan.values.append(schema.EValue(value))
     return len(plan.values) - 1
@@ -91,14 +84,14 @@ def _unplanned_tensor(cpu: bytes, delegated: bytes) -> bytes:
             scalar_type=schema.ScalarType.CHAR, storage_offset=0, sizes=[50_000, 70_000], dim_order=[0, 1],
             requires_grad=False, layout=0, data_buffer_idx=0, allocation_info=None,
             shape_dynamism=schema.TensorShapeDynamism.STATIC))
-    return _edited(cpu, edit)
+    return edited(cpu, edit)
 
 
 def _negative_buffer(cpu: bytes, delegated: bytes) -> bytes:
     """Buffer sizes that sum below 4 GiB: 6.7 GB, then -3 GB."""
     def edit(program):
         program.execution_plan[0].non_const_buffer_sizes += [6_700_000_000, -3_000_000_000]
-    return _edited(cpu, edit)
+    return edited(cpu, edit)
 
 
 class _Packed:
@@ -113,7 +106,7 @@ class _Packed:
 
 def _shared(pte: bytes, add) -> bytes:
     """``pte`` packed with the object API, after ``add(program, builder)`` appended shared tables to it."""
-    program_t = ProgramT.InitFromPackedBuf(bytearray(_edited(pte, lambda program: None)), 0)
+    program_t = ProgramT.InitFromPackedBuf(bytearray(edited(pte, lambda program: None)), 0)
     builder = flatbuffers.Builder(1 << 20)
     add(program_t, builder)
     builder.Finish(program_t.Pack(builder), file_identifier=pte[4:8])
@@ -146,7 +139,7 @@ def _huge_cortex_m_pool(cpu: bytes, delegated: bytes) -> bytes:
         plan = program.execution_plan[0]
         call = _call(plan, "cortex_m::quantized_max_pool2d")
         call.args[1], call.args[3] = _int_list(plan, [65535, 65535]), _int_list(plan, [32767, 32767])
-    return _edited(cpu, edit)
+    return edited(cpu, edit)
 
 
 def _huge_litert_pool(cpu: bytes, delegated: bytes) -> bytes:
@@ -161,7 +154,7 @@ def _huge_litert_pool(cpu: bytes, delegated: bytes) -> bytes:
         builder = flatbuffers.Builder(1024)
         builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
         program.backend_delegate_data[0].data = payload.pack(reference.metadata, bytes(builder.Output()))
-    return _edited(delegated, edit)
+    return edited(delegated, edit)
 
 
 def _jump_to_itself(cpu: bytes, delegated: bytes) -> bytes:
@@ -170,7 +163,7 @@ def _jump_to_itself(cpu: bytes, delegated: bytes) -> bytes:
         plan = program.execution_plan[0]
         never = _append(plan, schema.Bool(False))
         plan.chains[0].instructions.insert(0, schema.Instruction(schema.JumpFalseCall(never, 0)))
-    return _edited(cpu, edit)
+    return edited(cpu, edit)
 
 
 HOSTILE = {
@@ -292,7 +285,7 @@ def test_required_bytes_against_the_cap(cpu, monkeypatch, spare, loads):
 def test_buffer_sizes_are_not_negative(cpu, size, loads):
     def edit(program):
         program.execution_plan[0].non_const_buffer_sizes.append(size)
-    pte = _edited(cpu, edit)
+    pte = edited(cpu, edit)
     if loads:
         imxrt.runtime.load(pte)
     else:
@@ -310,7 +303,7 @@ def test_jump_destinations_are_refused_at_load_outside_the_chain(cpu, destinatio
         target = {"end": count, "past_end": count + 1}.get(destination, destination)
         plan.chains[0].instructions.insert(0, schema.Instruction(schema.JumpFalseCall(
             _append(plan, schema.Bool(True)), target)))
-    pte = _edited(cpu, edit)
+    pte = edited(cpu, edit)
     if loads:
         x = np.random.default_rng(0).standard_normal(INPUT_SHAPE).astype(np.float32)
         np.testing.assert_array_equal(imxrt.runtime.load(pte).forward(x)[0], imxrt.runtime.load(cpu).forward(x)[0])
@@ -333,7 +326,7 @@ def test_a_loop_may_jump_back_up_to_the_budget(cpu, jumps_back, runs):
         plan.chains[0].instructions[:0] = [schema.Instruction(schema.KernelCall(add, [counter, one, counter])),
                                            schema.Instruction(schema.KernelCall(at_least, [counter, limit, done])),
                                            schema.Instruction(schema.JumpFalseCall(done, 0))]
-    loaded = imxrt.runtime.load(_edited(cpu, edit))
+    loaded = imxrt.runtime.load(edited(cpu, edit))
     x = np.zeros(INPUT_SHAPE, np.float32)
     if runs:
         loaded.forward(x)
@@ -349,7 +342,7 @@ def _with_metadata_text(delegated: bytes, text: bytes) -> bytes:
         blob = payload.pack({"x": "x" * (len(text) + 16)}, reference.tflite)
         placeholder = json.dumps({"x": "x" * (len(text) + 16)}, separators=(",", ":")).encode()
         program.backend_delegate_data[0].data = blob.replace(placeholder, text.ljust(len(placeholder)))
-    return _edited(delegated, edit)
+    return edited(delegated, edit)
 
 
 def test_deeply_nested_payload_json_is_one_bad_file(delegated):
@@ -418,4 +411,4 @@ def test_a_delegate_io_map_pointing_outside_the_call_is_refused(delegated):
         reference.metadata["inputs"][0]["arg"] = -1
         program.backend_delegate_data[0].data = payload.pack(reference.metadata, reference.tflite)
     with pytest.raises(BadFile, match="NeutronBackend delegate 0: its input .* is argument -1 of the call's 1 inputs"):
-        imxrt.runtime.load(_edited(delegated, edit))
+        imxrt.runtime.load(edited(delegated, edit))

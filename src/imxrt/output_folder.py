@@ -129,7 +129,7 @@ def check_overwrite(folder: str | Path, names: list[str]) -> None:
     (``BadOption``) a name that exists there and is not a file of the manifest, unchanged. No manifest: a folder
     of the user's own, where the command overwrites its own outputs as before."""
     folder = Path(folder).resolve()
-    manifest = read_manifest(folder) if (folder / MANIFEST).exists() else None
+    manifest = read_manifest(folder)
     if manifest is not None:
         _refuse_conflicts(folder, dict.fromkeys(names, b""), _ours(folder, manifest))
 
@@ -138,7 +138,7 @@ def adopt(folder: str | Path, names: list[str]) -> None:
     """Add files another imxrt command wrote into a compile's output folder to its manifest, so the next compile
     there replaces or removes them as its own (a C header of another program must not stay beside the new one)."""
     folder = Path(folder).resolve()
-    manifest = read_manifest(folder) if (folder / MANIFEST).exists() else None
+    manifest = read_manifest(folder)
     if manifest is None or manifest.replacing:
         return
     files = dict(manifest.files)

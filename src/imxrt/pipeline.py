@@ -188,7 +188,6 @@ def compile(
     with _timed(seconds, "serialize"):
         planner = ImxrtMemoryPlanner()
         program = to_executorch(edge, planner)
-        check_stock_kernels(program)
         pte = integrity.seal(bytes(program.buffer))
     with _timed(seconds, "memory"):
         report["profiling"] = instruction_table(program, report["latency"])  # what imxrt run --etdump reads
@@ -439,15 +438,14 @@ def check_stock_kernels(program: ExecutorchProgramManager) -> None:
 
 def serialize(edge: EdgeProgramManager, memory_planner: ImxrtMemoryPlanner | None = None) -> bytes:
     """The ``.pte`` bytes of ``to_executorch``, sealed (``integrity.seal``)."""
-    program = to_executorch(edge, memory_planner)
-    check_stock_kernels(program)
-    return integrity.seal(bytes(program.buffer))
+    return integrity.seal(bytes(to_executorch(edge, memory_planner).buffer))
 
 
 def to_executorch(edge: EdgeProgramManager, memory_planner: ImxrtMemoryPlanner | None = None
                   ) -> ExecutorchProgramManager:
     """Memory planning (ExecuTorch's pass with our placement, ``memory.planning``) and flatbuffer
-    serialization with ExecuTorch's own ``to_executorch``."""
+    serialization with ExecuTorch's own ``to_executorch``; a program calling an operator the stock runtime
+    lacks is refused (``check_stock_kernels``)."""
     # The out variants of quantize/dequantize (the model-I/O conversions on the CPU) are registered with
     # torch by this import; to_executorch needs them to emit the kernel calls.
     import executorch.kernels.quantized  # noqa: F401
@@ -458,5 +456,7 @@ def to_executorch(edge: EdgeProgramManager, memory_planner: ImxrtMemoryPlanner |
             node.meta.setdefault(EDGE_NAME, node.name)
     planning = memory_planning_pass(memory_planner or ImxrtMemoryPlanner())
     with cortex_m_ops.own_fakes():  # the retrace must lay the cortex_m results out as the lowering did
-        return edge.to_executorch(ExecutorchBackendConfig(extract_delegate_segments=True,
-                                                          memory_planning_pass=planning))
+        program = edge.to_executorch(ExecutorchBackendConfig(extract_delegate_segments=True,
+                                                             memory_planning_pass=planning))
+    check_stock_kernels(program)
+    return program

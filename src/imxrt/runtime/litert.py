@@ -26,6 +26,7 @@ from imxrt.kernels.requantize import (
     quantize_multiplier,
     requantize,
 )
+from imxrt.runtime.program import HOST_MEMORY_CAP  # the cap the .pte's own memory counts against
 
 Op = schema.BuiltinOperator
 _BUILTIN_NAMES = {code: name for name, code in vars(Op).items() if name.isupper()}
@@ -705,8 +706,6 @@ class LiteRTRunner:
 def _check_tensor_bytes(graph) -> None:
     """The subgraph's tensors fit the host runtime's memory cap, counted from their shapes before any of
     them is allocated (a damaged shape can ask for gigabytes)."""
-    from imxrt.runtime.program import HOST_MEMORY_CAP  # the cap the .pte's own memory counts against
-
     total = 0
     for index, tensor in enumerate(graph.tensors or []):
         shape = [int(size) for size in (tensor.shape if tensor.shape is not None else [])]

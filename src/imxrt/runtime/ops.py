@@ -119,8 +119,10 @@ def _int64(fn: Callable) -> Callable:
     """A scalar op as the device computes it: ints wrap at 64 bits (Python's would grow without bound in
     a loop a file can write), and a zero divisor is an error, not a Python exception of another kind."""
 
+    divides = fn in (operator.floordiv, operator.truediv, operator.mod)
+
     def call(*args):
-        if fn in (operator.floordiv, operator.truediv, operator.mod) and args[1] == 0:
+        if divides and args[1] == 0:
             raise ValueError(f"{fn.__name__} by zero")
         result = fn(*args)
         if isinstance(result, int) and not isinstance(result, bool):

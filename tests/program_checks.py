@@ -53,12 +53,16 @@ def _outputs(function, inputs: Sequence[torch.Tensor]) -> tuple:
 class _AsDeployed(torch.fx.Interpreter):
     """The quantized program with the deployed kernels' answer where PyTorch's float arithmetic has none an
     int8 kernel could give: a division by an int8 divisor at its zero point is 0 (``cortex_m::quantized_div``;
-    PyTorch's ±inf would saturate). README: "The .pte and the quantized program"."""
+    PyTorch's ±inf would saturate); a leaky ReLU of 0 is 0 whatever its slope (TFLM's LEAKY_RELU; PyTorch's
+    0 * inf is NaN). README: "The .pte and the quantized program"."""
 
     def call_function(self, target, args, kwargs):
         if target is torch.ops.aten.div.Tensor and not kwargs and isinstance(args[1], torch.Tensor):
             numerator, divisor = args
             return torch.where(divisor == 0, torch.zeros(()), numerator / divisor)
+        if target is torch.ops.aten.leaky_relu.default:
+            x = args[0]
+            return torch.where(x == 0, torch.zeros(()), super().call_function(target, args, kwargs))
         return super().call_function(target, args, kwargs)
 
 

@@ -8,6 +8,7 @@ import torch.nn as nn
 from program_checks import assert_pte_matches_quantized, check_case, odd_dim_orders
 
 import imxrt.runtime
+from imxrt.kernels import activations
 from imxrt.npu.compilers.reference import litert_ops
 from imxrt.pipeline import CompileOptions, compile
 
@@ -104,6 +105,41 @@ def test_an_infinite_clamp_bound_is_no_bound(clamp, target):
     assert result.report["summary"]["ops_cpu_float"] == 0
     for inputs in cal[:3]:
         check_case(result, inputs)
+
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("slope", [float("inf"), float("-inf")])
+def test_a_leaky_relu_slope_too_steep_for_a_multiplier_saturates_every_negative_code(slope, target):
+    """alpha = inf (one of upstream's NXP test cases): its multiplier s_in * alpha / s_out has no Q31 form,
+    so the CPU lowering raised an internal error and the host runtime refused the NPU partition (TFLM's own
+    QuantizeMultiplier is undefined on it). Every clearly negative input saturates, as in float."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(4, 4, 1), nn.LeakyReLU(slope))
+    result, cal = _compile(model, [(1, 4, 6, 6)], target)
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    output = result.io["outputs"][0]
+    extreme = output["scale"] * ((-128 if slope > 0 else 127) - output["zero_point"])
+    program = imxrt.runtime.load(result.pte)
+    for inputs in cal[:3]:
+        check_case(result, inputs)
+        negative = model[0](*inputs).detach().numpy() < -0.1
+        assert negative.any()
+        assert np.all(program.forward(*inputs)[0][negative] == np.float32(extreme))
+
+
+@pytest.mark.parametrize("slope", [1.0, -1.0])
+def test_a_finite_leaky_relu_multiplier_past_q31_saturates_like_an_infinite_one(slope):
+    """The sibling: a finite slope whose multiplier needs a shift past 31 (a tiny negative input range)."""
+    s_in, s_out = 1e-6, 1.0
+    steep = activations.leaky_relu_lut(s_in, 0, s_out, 0, slope * 2.0**45 / s_in)
+    infinite = activations.leaky_relu_lut(s_in, 0, s_out, 0, slope * float("inf"))
+    assert np.array_equal(steep.table, infinite.table)
+    assert set(steep.table[:128]) == {-128 if slope > 0 else 127}  # every q < zero point = 0
+    assert activations.saturating_leaky_alpha(s_in, s_out, 0.3) == 0.3
+    with pytest.raises(ValueError, match="NaN"):
+        activations.saturating_leaky_alpha(s_in, s_out, float("nan"))
+
 
 
 def test_an_internal_error_is_one_compiler_bug_naming_its_stage(monkeypatch):

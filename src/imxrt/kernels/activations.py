@@ -136,10 +136,30 @@ def hard_swish_lut(input_scale: float, input_zero_point: int, output_scale: floa
     return _lut(output)
 
 
+# A LEAKY_RELU alpha multiplier s_in * alpha / s_out of magnitude >= 256 sends every negative code
+# (q - zp_in in -255..-1) past the int8 range, whatever zp_out is; 512 keeps a margin for float32 rounding.
+_SATURATING_ALPHA_MULTIPLIER = 512.0
+
+
+def saturating_leaky_alpha(input_scale: float, output_scale: float, alpha: float) -> float:
+    """The alpha a LEAKY_RELU is written and run with: ``alpha`` itself, or, when its multiplier is beyond
+    what changes any int8 result (an infinite slope, or a finite one past 512x the scale ratio), the finite
+    alpha of multiplier 512, which saturates the same codes. TFLite's QuantizeMultiplier cannot hold the
+    original (an infinite double, or a shift past 31: undefined behaviour in TFLM's C++), so neither the
+    .tflite nor a lookup table may carry it. NaN has no int8 meaning: ValueError."""
+    if np.isnan(alpha):
+        raise ValueError("a leaky_relu negative_slope of NaN has no int8 value")
+    s_in, s_out = np.float32(input_scale), np.float32(output_scale)
+    if abs(float(s_in) * float(alpha) / float(s_out)) <= _SATURATING_ALPHA_MULTIPLIER:
+        return float(alpha)
+    return float(np.copysign(np.float32(_SATURATING_ALPHA_MULTIPLIER) * s_out / s_in, alpha))
+
+
 def leaky_relu_lut(input_scale: float, input_zero_point: int, output_scale: float, output_zero_point: int,
                    alpha: float) -> Lut:
     """TFLM int8 LEAKY_RELU: q - zp_in >= 0 uses M = s_in / s_out, else M = s_in * alpha / s_out (both
-    computed in float32)."""
+    computed in float32). ``alpha`` is first made one TFLite can hold (``saturating_leaky_alpha``)."""
+    alpha = saturating_leaky_alpha(input_scale, output_scale, alpha)
     s_in, s_out = np.float32(input_scale), np.float32(output_scale)
     identity = quantize_multiplier_scalar(float(s_in / s_out))
     with_alpha = quantize_multiplier_scalar(float(s_in * np.float32(alpha) / s_out))

@@ -13,6 +13,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 from torch.fx import Node
 
+from imxrt.kernels import activations
 from imxrt.npu.litert import layout, qdq
 from imxrt.npu.litert.context import LoweringContext, clamp_range, edge_shape
 from imxrt.npu.litert.converters.common import options
@@ -62,8 +63,13 @@ class Unary:
 def convert_leaky_relu(ctx: LoweringContext, node: Node) -> None:
     slope = float(node.args[1]) if len(node.args) > 1 else float(node.kwargs.get("negative_slope", 0.01))
     x = ctx.tensor(node.args[0], node)
-    leaky = options(schema.LeakyReluOptionsT, alpha=slope)
-    ctx.emit_result("LEAKY_RELU", [x], ctx.output(node), leaky)
+    out = ctx.output(node)
+    assert isinstance(x.quantization, PerTensor)
+    try:  # a slope TFLite's requantization cannot hold is written as the one that saturates the same codes
+        alpha = activations.saturating_leaky_alpha(x.quantization.scale, out.quantization.scale, slope)
+    except ValueError as e:
+        raise UnsupportedForLiteRT(node, str(e)) from None
+    ctx.emit_result("LEAKY_RELU", [x], out, options(schema.LeakyReluOptionsT, alpha=alpha))
 
 
 def convert_neg(ctx: LoweringContext, node: Node) -> None:

@@ -142,6 +142,23 @@ def test_a_finite_leaky_relu_multiplier_past_q31_saturates_like_an_infinite_one(
 
 
 
+class DeadRelu(nn.Module):
+    def forward(self, x):
+        return torch.relu(x - 100.0), torch.relu(x - x)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_activation_calibration_saw_only_as_zero_takes_its_inputs_range(target):
+    """relu(x - 100) on N(0, 1) data is 0 on every sample: the observer's scale was float32's epsilon, which
+    gave the fused SUB an output multiplier of about 10**7 and TFLM aborted the process preparing it (its
+    ADD/SUB take only multipliers below 1)."""
+    result, cal = _compile(DeadRelu(), [(1, 4, 6, 6)], target)
+    input_scale = result.io["inputs"][0]["scale"]
+    assert [output["scale"] for output in result.io["outputs"]] == [input_scale, input_scale]
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+
+
 def test_an_internal_error_is_one_compiler_bug_naming_its_stage(monkeypatch):
     """No raw Python exception escapes compile: an internal failure is an ImxrtError (one CLI line) that
     names the stage and keeps the cause chained for the bug report."""

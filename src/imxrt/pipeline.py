@@ -51,7 +51,7 @@ from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
 from imxrt.profiling.etrecord import etrecord_bytes
 from imxrt.profiling.instructions import EDGE_NAME, instruction_table
 from imxrt.profiling.provenance import trim_history
-from imxrt.quantization import ImxrtQuantizer, calibrate
+from imxrt.quantization import ImxrtQuantizer, calibrate, settle_zero_ranges
 from imxrt.report import html as report_html
 from imxrt.report import placement
 from imxrt.targets import Target, get_target
@@ -351,6 +351,7 @@ def quantize_qat(
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise BadModel(f"the QAT train_fn raised {type(e).__name__}: {first}") from e
     move_exported_model_to_eval(prepared)
+    settle_zero_ranges(prepared)
     converted = convert_pt2e(prepared)
     return torch.export.export(converted, example_inputs, strict=False)
 

@@ -50,6 +50,7 @@ def calibrate(
         narrow(observed)
     if count == 0:
         raise BadModel("the calibration data is empty; give at least one input tuple")
+    settle_zero_ranges(observed)
     return count
 
 
@@ -90,6 +91,53 @@ def narrow(observed: torch.fx.GraphModule) -> torch.fx.GraphModule:
     observed.to(torch.float32)
     observed.recompile()
     return observed
+
+
+def settle_zero_ranges(observed: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """An activation calibration saw only as 0 (a relu of values that were all negative, ``x - x``) takes
+    the range of the values its op read, in place; run before ``convert_pt2e``, after calibration or QAT.
+
+    Any scale holds 0 exactly, but the observer's own answer, a scale of float32's epsilon, put the op's
+    requantization multiplier in the millions: TFLM's ADD and SUB abort on such a .tflite (their output
+    multiplier must be below 1) and a convolution's needs a shift past 31. The inputs' range is what the op
+    would give on data calibration did not show, and keeps every multiplier near 1."""
+    modules = dict(observed.named_modules())
+    for node in observed.graph.nodes:
+        observer = _range_observer(node, modules)
+        if observer is None or not (observer.min_val == 0 and observer.max_val == 0):
+            continue
+        ranges = [(o.min_val, o.max_val) for o in _input_observers(node.args[0], modules)
+                  if bool(torch.isfinite(o.min_val)) and o.max_val > o.min_val]
+        if ranges:
+            observer.min_val = torch.stack([low for low, _ in ranges]).min().clone()
+            observer.max_val = torch.stack([high for _, high in ranges]).max().clone()
+    return observed
+
+
+def _range_observer(node: torch.fx.Node, modules: dict) -> torch.nn.Module | None:
+    """The per-tensor min/max observer ``node`` calls (itself, or inside a FakeQuantize), else None."""
+    if node.op != "call_module":
+        return None
+    module = modules.get(node.target)
+    module = getattr(module, "activation_post_process", module)
+    min_val = getattr(module, "min_val", None)
+    return module if isinstance(min_val, torch.Tensor) and min_val.dim() == 0 else None
+
+
+def _input_observers(value: object, modules: dict) -> list[torch.nn.Module]:
+    """The observers met first on every path back from ``value``'s op through the graph."""
+    found, stack, seen = [], [value], set()
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, torch.fx.Node) or node in seen:
+            continue
+        seen.add(node)
+        observer = _range_observer(node, modules)
+        if observer is not None:
+            found.append(observer)
+        elif node.op == "call_function":
+            stack.extend(node.all_input_nodes)
+    return found
 
 
 def _runs_in_float64(observed: torch.fx.GraphModule) -> bool:

@@ -63,6 +63,7 @@ class NeutronDelegateInfo:
     tflite: bytes  # the partition's LiteRT subgraph: the Neutron converter's input
     converter_files: dict[str, bytes] = field(default_factory=dict)  # files the converter wrote, by name
     kernel_map: dict | None = None  # eIQ with profiling: eiq_kernels.KernelMap.to_json()
+    op_debug_handles: tuple[tuple[int, ...], ...] = ()  # per LiteRT op, the edge nodes it came from
 
 
 def delegate_info(module: LoweredBackendModule) -> NeutronDelegateInfo | None:
@@ -156,7 +157,8 @@ class ImxrtNeutronBackend(BackendDetails):
             debug_handle_map = {
                 index: op.debug_handles for index, op in enumerate(subgraph.ops) if op.debug_handles
             }
-            info = NeutronDelegateInfo(compiler, subgraph.tflite)
+            info = NeutronDelegateInfo(compiler, subgraph.tflite,
+                                       op_debug_handles=tuple(op.debug_handles for op in subgraph.ops))
             return PreprocessResult(processed_bytes=blob, debug_handle_map=debug_handle_map,
                                     _delegate_info_meta=info)
         options = _converter_options(compile_specs)
@@ -170,7 +172,8 @@ class ImxrtNeutronBackend(BackendDetails):
                                              [op.debug_handles for op in subgraph.ops])
             debug_handle_map = kernels.debug_handle_map()
             kernel_map = kernels.to_json()
-        info = NeutronDelegateInfo(compiler, subgraph.tflite, dict(compiled.conversion.files), kernel_map)
+        info = NeutronDelegateInfo(compiler, subgraph.tflite, dict(compiled.conversion.files), kernel_map,
+                                   tuple(op.debug_handles for op in subgraph.ops))
         return PreprocessResult(processed_bytes=compiled.payload, debug_handle_map=debug_handle_map,
                                 _delegate_info_meta=info)
 

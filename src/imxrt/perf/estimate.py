@@ -42,17 +42,26 @@ def _costs_cpu(node: Node) -> bool:
     return (is_compute(node) and node.target is not memory.alloc) or is_quantize(node) or is_dequantize(node)
 
 
-def _attribute(kernels: list[tuple[npu.KernelCost, tuple[int, ...]]], nodes: list[Node]) -> dict[str, int]:
-    """Cycles per edge node: each LiteRT op's cycles go to the node of its provenance that does the most MAC
-    work (a conv, not the ReLU fused into it); ops without provenance stay with the partition."""
+def kernel_owners(op_handles: list[tuple[int, ...]], nodes: list[Node]) -> list[tuple[Node | None, list[Node]]]:
+    """Per LiteRT op: (the edge node that owns it, every edge node it came from). The owner is the node of
+    its provenance that does the most MAC work (a conv, not the ReLU fused into it); None without provenance."""
     by_handle: dict[int, Node] = {}
     for node in nodes:
         by_handle.setdefault(node.meta.get("debug_handle"), node)
+    result = []
+    for handles in op_handles:
+        sources = [by_handle[h] for h in handles if h in by_handle]
+        owner = max(sources, key=lambda n: (macs.of(n), -sources.index(n))) if sources else None
+        result.append((owner, sources))
+    return result
+
+
+def _attribute(kernels: list[tuple[npu.KernelCost, tuple[int, ...]]], nodes: list[Node]) -> dict[str, int]:
+    """Cycles per edge node: each LiteRT op's cycles go to its owner (``kernel_owners``); ops without
+    provenance stay with the partition."""
     cycles = {node.name: 0 for node in nodes}
-    for kernel, handles in kernels:
-        owners = [by_handle[h] for h in handles if h in by_handle]
-        if owners:
-            owner = max(owners, key=lambda n: (macs.of(n), -owners.index(n)))
+    for (kernel, _), (owner, _) in zip(kernels, kernel_owners([h for _, h in kernels], nodes), strict=True):
+        if owner is not None:
             cycles[owner.name] += kernel.cycles
     return cycles
 

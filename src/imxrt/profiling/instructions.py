@@ -13,6 +13,8 @@ import operator
 
 from executorch.exir import ExecutorchProgramManager, memory, schema
 
+from imxrt.report.names import module_of
+
 CHAIN = 0  # programs have one chain; ExecuTorch's runtime records its index in every event
 EDGE_NAME = "imxrt_edge_name"  # node meta: the node's name in the lowered edge graph the report describes
 
@@ -57,7 +59,7 @@ def instruction_table(program: ExecutorchProgramManager, latency: dict) -> dict:
         elif isinstance(call, schema.KernelCall):
             name = operator_name(plan.operators[call.op_index])
             assert node.target is memory.view or node.target.name() == name, (index, node.name, name)
-            row = {"instruction": index, "op": name}
+            row = {"instruction": index, "op": name, **module_of(node)}
             edge_name = node.meta.get(EDGE_NAME, node.name)
             if edge_name in cpu_ops:
                 row["node"] = edge_name

@@ -11,6 +11,8 @@ from __future__ import annotations
 import html
 from collections import Counter
 
+from imxrt.report.names import label as op_label
+
 # Devices, as report.json's ``execution`` says: NPU green, int8 CPU blue, float CPU orange (the one to fix).
 DEVICE_COLOURS = {"npu": "#17946e", "cpu int8": "#3568b8", "cpu float": "#e0672a"}
 OVERHEAD_COLOUR = "#9aa3ad"
@@ -184,8 +186,14 @@ def _latency_by_op(report: dict) -> dict[tuple, dict]:
 
 def _placement(report: dict) -> str:
     by_op = _latency_by_op(report)
+    fused: dict[tuple, list[dict]] = {}  # an op's row also shows the ops fused into its kernel
+    for op in report["ops"]:
+        if op.get("fused_into"):
+            fused.setdefault((op.get("partition"), op["fused_into"]), []).append(op)
     rows = []
     for position, op in enumerate(report["ops"]):
+        if op.get("fused_into"):
+            continue
         execution = str(op.get("execution", op.get("placement", "")))
         reason = _e(op.get("reason", ""))
         if op.get("cpu_reason"):
@@ -197,18 +205,22 @@ def _placement(report: dict) -> str:
         us = _us(_num(timing["us"])) if timing else ""
         macs = int(_num(op.get("macs", 0)))
         cycles = int(_num(op.get("estimated_cycles", 0)))
+        riders = fused.get((op.get("partition"), op["name"]), [])
+        kind = " + ".join([str(op.get("op", ""))] + [str(r.get("op", "")) for r in riders])
         rows.append(
             f'<tr class="{_e(execution.replace(" ", "-"))}"><td class="n">{position}</td>'
-            f'<td class="name">{_ident(op["name"])}</td><td class="op">{_ident(op.get("op", ""))}</td>'
+            f'<td class="name">{_e(op_label(op))}{"".join(f" + {_e(op_label(r))}" for r in riders)}'
+            f'<div class="sub">{_ident(op["name"])}</div></td><td class="op">{_ident(kind)}</td>'
             f'<td class="device">{_chip(execution)}<div class="sub">{where}</div></td><td class="reason">{reason}</td>'
             f'<td class="n">{macs:,}</td><td class="n">{cycles:,}</td><td class="n">{us}</td></tr>')
     counts = Counter(str(op.get("execution", "")) for op in report["ops"])
     tally = ", ".join(f"{count} {_e(name)}" for name, count in sorted(counts.items()))
     return ('<section id="placement"><h2>Placement: what runs where, and why</h2>'
-            f'<p class="note">{len(report["ops"])} ops in execution order ({tally}). Cycles and µs are estimates '
-            "at each device's clock; an op fused into its producer has none of its own.</p>"
+            f'<p class="note">{len(report["ops"])} ops in execution order ({tally}), named by the PyTorch module '
+            "they came from (the compiler's node name below); an op fused into another's NPU kernel shares its row. "
+            "Cycles and µs are estimates at each device's clock.</p>"
             + _legend(DEVICE_COLOURS) +
-            '<div class="scroll"><table class="ops"><thead><tr><th>#</th><th>name</th><th>op</th>'
+            '<div class="scroll"><table class="ops"><thead><tr><th>#</th><th>module</th><th>op</th>'
             "<th>device and kernel</th><th>reason</th><th>MACs</th><th>est. cycles</th><th>est. time</th></tr></thead>"
             f'<tbody>{"".join(rows)}</tbody></table></div></section>')
 
@@ -247,7 +259,7 @@ def _latency_rows(report: dict) -> list[tuple[str, str, str, float]]:
     """(label, detail, device, µs) per bar, in execution order: every op with time of its own, each NPU
     partition's call overhead and cycles no op owns, and the CPU's per-inference overhead."""
     latency = report["latency"]
-    execution = {(op.get("partition"), op["name"]): (str(op.get("execution", "")), str(op.get("op", "")))
+    execution = {(op.get("partition"), op["name"]): (str(op.get("execution", "")), str(op.get("op", "")), op_label(op))
                  for op in report["ops"]}
     partitions = {p["index"]: p for p in latency.get("partitions", [])}
     npu_clock = _num(latency["clock_hz"].get("npu", latency["clock_hz"]["cpu"]))
@@ -258,7 +270,7 @@ def _latency_rows(report: dict) -> list[tuple[str, str, str, float]]:
     done: set = set()
     for op in latency["ops"]:
         part = op.get("partition")
-        device, kind = execution.get((part, op["name"]), (str(op.get("device", "")), ""))
+        device, kind, name = execution.get((part, op["name"]), (str(op.get("device", "")), "", str(op["name"])))
         if part is not None and part not in done and part in partitions:
             done.add(part)
             entry = partitions[part]
@@ -266,7 +278,7 @@ def _latency_rows(report: dict) -> list[tuple[str, str, str, float]]:
             rows.append((f"partition {int(_num(part))} call", "NPU overhead and ops no edge op owns",
                          "overhead", cycles * 1e6 / npu_clock))
         if _num(op["cycles"]) > 0:
-            rows.append((str(op["name"]), kind, device if device in DEVICE_COLOURS else "overhead", _num(op["us"])))
+            rows.append((name, kind, device if device in DEVICE_COLOURS else "overhead", _num(op["us"])))
     return rows
 
 

@@ -23,6 +23,8 @@ from imxrt.npu.support import op_name
 from imxrt.passes.int8_io import io_metadata
 from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
 from imxrt.perf import estimate_latency, latency_line
+from imxrt.perf.estimate import kernel_owners
+from imxrt.report.names import label, module_of
 from imxrt.targets import Target
 
 REPORT_VERSION = 1
@@ -53,10 +55,12 @@ def build_report(
             tflite = info.tflite if info else payload.unpack(blob).tflite if payload.is_reference(blob) else b""
             tflites.append(tflite)
             nodes = [n for n in delegate.original_module.graph.nodes if is_compute(n)]
+            fused = _fused_into(info.op_debug_handles if info else (), nodes)
             for inner in nodes:
                 decision = log.decisions.get(inner.name)
                 entry = _op_entry(inner, "npu", index, decision.reason if decision else "delegated", macs.of(inner))
-                ops.append(entry | {"execution": "npu", "kernel": DELEGATE_ID})
+                ops.append(entry | {"execution": "npu", "kernel": DELEGATE_ID}
+                           | ({"fused_into": fused[inner.name]} if inner.name in fused else {}))
             partitions.append({
                 "index": index,
                 "tflite": f"npu/partition_{index}.tflite",
@@ -106,6 +110,16 @@ def build_report(
 
 
 _TO_DIM_ORDER_COPY = exir_ops.edge.dim_order_ops._to_dim_order_copy.default
+def _fused_into(op_handles: tuple[tuple[int, ...], ...], nodes: list[Node]) -> dict[str, str]:
+    """Edge node -> the node whose NPU kernel runs it, for the nodes that have no kernel of their own: every
+    LiteRT op they are part of belongs to another node (a ReLU6 in its conv's CONV_2D)."""
+    owners: dict[str, set[str]] = {}
+    for owner, sources in kernel_owners(list(op_handles), nodes):
+        for source in sources:
+            owners.setdefault(source.name, set()).add(owner.name)
+    return {name: next(iter(found)) for name, found in owners.items() if len(found) == 1 and name not in found}
+
+
 def _is_conversion(node: Node) -> bool:
     """A quantize / dequantize: the edge graph's, or the cortex_m one the CPU lowering made of it."""
     if is_quantize(node) or is_dequantize(node):
@@ -153,6 +167,7 @@ def _conversion_reason(node: Node) -> str:
 def _op_entry(node: Node, placement: str, partition: int | None, reason: str, node_macs: int) -> dict:
     return {
         "name": node.name,
+        **module_of(node),  # the user's name for it: module path and class
         "debug_handle": node.meta.get("debug_handle"),  # what the delegate's profiling map refers to
         # the edge op a CPU-lowered node came from; a quantize / dequantize is named by the kernel it runs
         "op": op_name(node) if _is_conversion(node) else node.meta.get("edge_op", op_name(node)),
@@ -189,5 +204,6 @@ def summary_lines(report: dict) -> list[str]:
             how = f"{op['execution']}: {op['kernel']}"
             if op["execution"] == "cpu float" and op["cpu_reason"] not in op["reason"]:
                 how += f" ({op['cpu_reason']})"
-            lines.append(f"  {op['name']} ({op['op']}): {how}; {op['reason']}")
+            name = label(op) if "module_type" in op else op["name"]
+            lines.append(f"  {name} {op['op']}: {how}; {op['reason']}")
     return lines

@@ -5,7 +5,7 @@ non-``_nhwc`` variants) read and write them with the channels_last dim order ``[
 what CMSIS-NN computes on). So a rank-4 tensor is channels_last exactly when its producer is one of those
 ops, or a layout-agnostic elementwise op (add, mul, lookup-table activations, min/max, pad) reading a
 channels_last tensor. Every other op (view/reshape, linear, softmax, transpose, the portable data-movement
-kernels, dequantizes to float, NPU delegate calls, the model outputs) takes contiguous tensors (a layout
+kernels, dequantizes to float, the model outputs) takes contiguous tensors (a layout
 copy before a dequantize moves int8 bytes, not floats, and leaves an int8 output for ``--io int8``).
 One ``_to_dim_order_copy`` per value and dim order converts where producer and consumer disagree: a CNN
 gets one after its input quantize and one where its spatial part ends (before the flatten or the
@@ -17,6 +17,10 @@ classifier), and none between its convolutions, pools and residual adds.
     z = cortex_m.quantized_add(y, y2, ...)                  # follows its inputs: channels_last
     z_c = _to_dim_order_copy(z, dim_order=[0, 1, 2, 3])
     f = aten.view_copy(z_c, [1, -1])                        # contiguous
+
+An NPU delegate call takes a contiguous tensor, except where its partition reads NHWC bytes (format flag
+1): there it takes the tensor as it comes, since the stock runtime passes a channels_last tensor through and
+transposes a contiguous one itself.
 
 No copy is needed where the bytes agree already: a model input given channels_last (its example's dim
 order is kept, and the input quantize follows it), an input with one channel, and a view of an
@@ -33,6 +37,7 @@ from torch.fx import Graph, Node
 
 from imxrt.cpu.lowering_graph import inherit_provenance
 from imxrt.cpu.lowering_rules import cortex_m
+from imxrt.npu.backend import argument_format_flags
 
 CHANNELS_LAST = (0, 2, 3, 1)
 CONTIGUOUS = (0, 1, 2, 3)
@@ -80,6 +85,10 @@ def _input_order(node: Node) -> tuple[int, ...]:
             value.is_contiguous(memory_format=torch.channels_last):
         return CHANNELS_LAST
     return CONTIGUOUS
+
+
+def _is_delegate_call(node: Node) -> bool:
+    return node.op == "call_function" and getattr(node.target, "__name__", "") == "executorch_call_delegate"
 
 
 def _value(node: object) -> torch.Tensor | None:
@@ -152,6 +161,13 @@ def assign_dim_orders(graph: Graph) -> int:
         elif node.target in agnostic:
             produced = CHANNELS_LAST if any(order.get(a) == CHANNELS_LAST for a in rank4_inputs) else CONTIGUOUS
             wanted = {a: produced for a in rank4_inputs}
+        elif _is_delegate_call(node):
+            # a partition input of format flag 1 takes either order (the runtime transposes a contiguous one,
+            # passes a channels_last one as it is): a copy to contiguous would be undone at run time
+            flags = argument_format_flags(getattr(graph.owning_module, node.args[0].target))
+            wanted = {a: order.get(a, CONTIGUOUS) if flag else CONTIGUOUS
+                      for a, flag in zip(node.args[1:], flags, strict=True) if _rank4(a)}
+            produced = CONTIGUOUS
         elif node.target is _VIEW and rank4_inputs and _same_bytes(_value(rank4_inputs[0])):
             # a channels_last [N, C, 1, 1] (after a global pool) is already its contiguous bytes
             wanted, produced = {}, order.get(rank4_inputs[0], CONTIGUOUS) if _rank4(node) else CONTIGUOUS

@@ -88,6 +88,20 @@ def neutron_delegates(edge: EdgeProgramManager) -> list[LoweredBackendModule]:
     return [module for _, module in _neutron_calls(edge)]
 
 
+def argument_format_flags(module: LoweredBackendModule) -> tuple[int, ...]:
+    """Per input argument of a delegate call: 1 where its partition reads NHWC bytes (the runtime passes a
+    channels_last tensor as it is and transposes a contiguous one), 0 where it reads the tensor's bytes as
+    they are (a contiguous tensor: the subgraph transposes, if it must)."""
+    blob = bytes(module.processed_bytes)
+    if payload.is_reference(blob):
+        return tuple(int(io["format_flag"]) for io in payload.unpack(blob).metadata["inputs"])
+    parsed = microcode_payload.parse(blob)
+    flags = [0] * parsed.n_args
+    for arg, flag in zip(parsed.input_map, parsed.input_flags, strict=True):
+        flags[arg] = flag
+    return tuple(flags)
+
+
 def check_device_layouts(edge: EdgeProgramManager) -> None:
     """Invariant: the stock runtime accepts every tensor a microcode delegate reads or writes. It takes a
     contiguous or a channels_last tensor where the format flag is 1 and there is more than one channel, and

@@ -170,6 +170,10 @@ PAGE_FACTS = """JSON.stringify({
   title: document.title,
   sections: [...document.querySelectorAll('section h2')].map(h => h.textContent),
   rows: document.querySelectorAll('table.ops tbody tr').length,
+  placement: document.querySelectorAll('#placement tbody tr').length,
+  first: (document.querySelector('section') || {}).id,
+  wide: [...document.querySelectorAll('.scroll')].filter(d => d.scrollWidth > d.clientWidth)
+    .map(d => d.closest('section').id),
   tensors: document.querySelectorAll('rect.tensor').length,
   peak: document.querySelectorAll('.peak').length,
   overflow: document.documentElement.scrollWidth > window.innerWidth ||
@@ -216,13 +220,16 @@ def main() -> int:
             height = browser.screenshot(folder / "report.png")
             buffers = sum(len(arena["buffers"]) for arena in result.report["memory"]["arenas"])
             problems = list(errors)
-            if facts["rows"] < len(result.report["ops"]):
-                problems.append(f"placement table shows {facts['rows']} rows for {len(result.report['ops'])} ops")
+            rows = sum(not op.get("fused_into") for op in result.report["ops"])  # a fused op shares its op's row
+            if facts["placement"] != rows:
+                problems.append(f"placement table shows {facts['placement']} rows for {rows} ops")
+            if result.report["advice"] and facts["first"] != "advice":
+                problems.append(f"the first section is {facts['first']}, not the advice")
             if facts["tensors"] != buffers or facts["peak"] != len(result.report["memory"]["arenas"]):
                 problems.append(f"timeline shows {facts['tensors']} bars and {facts['peak']} peak marks "
                                 f"for {buffers} planned tensors")
             if facts["overflow"]:
-                problems.append(f"the page or a table is wider than a {WIDTH} px window")
+                problems.append(f"the page or a table is wider than a {WIDTH} px window: {facts['wide']}")
             failed |= bool(problems)
             print(f"{args.model} on {target}: compiled and saved in {seconds:.1f} s; report.html "
                   f"{(folder / 'report.html').stat().st_size:,} bytes, {len(facts['sections'])} sections, "

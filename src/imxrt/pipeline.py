@@ -54,6 +54,7 @@ from imxrt.profiling.provenance import trim_history
 from imxrt.quantization import ImxrtQuantizer, calibrate, settle_zero_ranges
 from imxrt.report import html as report_html
 from imxrt.report import placement
+from imxrt.report.advice import advise
 from imxrt.targets import Target, get_target
 
 log = logging.getLogger("imxrt")
@@ -194,6 +195,7 @@ def compile(
         # The plan exists only once to_executorch has run; an over-budget program is an error, not an artifact.
         report["memory"] = memory_report(planner.plans, pte, target, options.sram_budget)
         check_sram_budget(report["memory"])
+        report["advice"] = advise(report, has_npu=target.npu is not None)  # the estimate and the memory plan
     return CompileResult(pte=pte, partitions=partitions, report=report, stage_seconds=seconds, quantized=quantized,
                          npu_files=npu_files, etrecord=program.get_etrecord())
 

@@ -184,6 +184,29 @@ def _latency_by_op(report: dict) -> dict[tuple, dict]:
     return {(op.get("partition"), op["name"]): op for op in latency.get("ops", [])}
 
 
+def _advice(report: dict) -> str:
+    """The advice first: each change with the estimate before and after it (``report/advice.py``)."""
+    items = report.get("advice") or []
+    if not items:
+        return ""
+    rows = []
+    for number, item in enumerate(items, start=1):
+        if "saves_us" in item:
+            bound = "at most " if item.get("at_most") else ""
+            figure = (f'saves {bound}<b>{_us(_num(item["saves_us"]))}</b><div class="sub">'
+                      f'{_us(_num(item["before_us"]))} → {_us(_num(item["after_us"]))}</div>')
+        else:
+            figure = f'arena <b>{_bytes(_num(item.get("arena_bytes", 0)))}</b>'
+        rows.append(f'<tr><td class="n">{number}</td><td class="name">{_e(item.get("title", ""))}</td>'
+                    f'<td class="n">{figure}</td><td class="reason">{_e(item.get("change", ""))}'
+                    f'<div class="sub">{_e(item.get("why", ""))}</div></td></tr>')
+    return ('<section id="advice"><h2>Advice: what would save the most</h2>'
+            '<p class="note">Each saving is read off this program\'s estimate: the time of the kernels the change '
+            "removes (for an op the NPU would take over, its CPU time: a bound).</p>"
+            '<div class="scroll"><table class="ops advice"><thead><tr><th>#</th><th>change</th><th>estimate</th>'
+            f'<th>how, and why</th></tr></thead><tbody>{"".join(rows)}</tbody></table></div></section>')
+
+
 def _placement(report: dict) -> str:
     by_op = _latency_by_op(report)
     fused: dict[tuple, list[dict]] = {}  # an op's row also shows the ops fused into its kernel
@@ -195,7 +218,7 @@ def _placement(report: dict) -> str:
         if op.get("fused_into"):
             continue
         execution = str(op.get("execution", op.get("placement", "")))
-        reason = _e(op.get("reason", ""))
+        reason = _ident(op.get("reason", ""))
         if op.get("cpu_reason"):
             reason += f'<br><span class="why">float: {_e(op["cpu_reason"])}</span>'
         # The NPU's kernel is the delegate (its partition says more); the CPU's is the kernel that runs.
@@ -206,11 +229,12 @@ def _placement(report: dict) -> str:
         macs = int(_num(op.get("macs", 0)))
         cycles = int(_num(op.get("estimated_cycles", 0)))
         riders = fused.get((op.get("partition"), op["name"]), [])
+        node = f'<div class="sub">{_ident(op["name"])}</div>' if op.get("module_type") else ""  # else the label
         kind = " + ".join([str(op.get("op", ""))] + [str(r.get("op", "")) for r in riders])
         rows.append(
             f'<tr class="{_e(execution.replace(" ", "-"))}"><td class="n">{position}</td>'
-            f'<td class="name">{_e(op_label(op))}{"".join(f" + {_e(op_label(r))}" for r in riders)}'
-            f'<div class="sub">{_ident(op["name"])}</div></td><td class="op">{_ident(kind)}</td>'
+            f'<td class="name">{_ident(op_label(op))}{"".join(f" + {_ident(op_label(r))}" for r in riders)}'
+            f'{node}</td><td class="op">{_ident(kind)}</td>'
             f'<td class="device">{_chip(execution)}<div class="sub">{where}</div></td><td class="reason">{reason}</td>'
             f'<td class="n">{macs:,}</td><td class="n">{cycles:,}</td><td class="n">{us}</td></tr>')
     counts = Counter(str(op.get("execution", "")) for op in report["ops"])
@@ -499,7 +523,7 @@ footer{color:#5b6673;font-size:12px;margin-top:20px}
 
 def render(report: dict) -> str:
     """``report.json`` (as a dict) as one self-contained HTML page."""
-    sections = [_summary(report)]
+    sections = [_advice(report), _summary(report)]
     if report.get("memory"):
         sections.append(_budgets(report))
     if report.get("latency"):
@@ -508,7 +532,8 @@ def render(report: dict) -> str:
     sections.append(_partitions(report))
     if report.get("memory"):
         sections.append(_memory(report))
-    links = [("budgets", "Budgets", "memory"), ("latency", "Latency", "latency"), ("placement", "Placement", None),
+    links = [("advice", "Advice", "advice"), ("budgets", "Budgets", "memory"), ("latency", "Latency", "latency"),
+             ("placement", "Placement", None),
              ("partitions", "NPU partitions", "partitions"), ("memory", "Memory timeline", "memory")]
     nav = "".join(f'<a href="#{anchor}">{text}</a>' for anchor, text, key in links if key is None or report.get(key))
     title = f"imxrt report: {_e(report['target'])}"

@@ -3,15 +3,14 @@
 torch.export records, on every node it traces, the stack of modules whose ``forward`` was running
 (``nn_module_stack``: ``{key: (path, class)}``, outermost first); the passes, ``to_edge`` and the CPU lowering
 carry it over. An op is named by the innermost entry: ``features.3.conv.1 (Conv2d)``, the name the user
-wrote. An op of the top-level ``forward`` itself has the path ``""`` and the model's class. Quantize and
+wrote. An op of the top-level ``forward`` itself has the path ``""`` and the model's class, and is shown as
+``MobileNetV2.forward``. Quantize and
 dequantize nodes ``torch.export`` made at the model's boundary have only its wrapper, and no module.
 """
 
 from __future__ import annotations
 
 from torch.fx import Node
-
-TOP_LEVEL = "(top level)"  # how the path "" of the model's own forward is shown
 
 
 def module_of(node: Node) -> dict:
@@ -26,7 +25,8 @@ def module_of(node: Node) -> dict:
 
 
 def label(op: dict) -> str:
-    """How a report row is shown: ``features.3.conv.1 (Conv2d)``, else the op's node name."""
-    if "module_type" not in op or op["module_type"] is None:
+    """How a report row is shown: ``features.3.conv.1 (Conv2d)``, ``MobileNetV2.forward`` for the model's own
+    forward, else the op's node name."""
+    if op.get("module_type") is None:
         return str(op["name"])
-    return f"{op['module'] or TOP_LEVEL} ({op['module_type']})"
+    return f"{op['module']} ({op['module_type']})" if op["module"] else f"{op['module_type']}.forward"

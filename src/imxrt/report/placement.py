@@ -9,6 +9,7 @@ it (``kernel``).
 from __future__ import annotations
 
 import torch
+from ai_edge_litert import schema_py_generated as tfl
 from executorch.exir import EdgeProgramManager, memory
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.lowered_backend_module import LoweredBackendModule
@@ -65,13 +66,15 @@ def build_report(
                 "index": index,
                 "tflite": f"npu/partition_{index}.tflite",
                 "ops": litert_ops(tflite) if tflite else [],
+                "input_transposes": _input_transposes(node, tflite) if tflite else [],
                 "nodes": [n.name for n in nodes],
                 "macs": sum(macs.of(n) for n in nodes),
                 **payload_description(blob),
                 "payload_bytes": len(blob),
             })
         elif _is_conversion(node):
-            ops.append(_op_entry(node, "cpu", None, _conversion_reason(node), 0) | _cpu_execution(node))
+            ops.append(_op_entry(node, "cpu", None, _conversion_reason(node), 0) | _cpu_execution(node)
+                       | _model_io(node))
         elif is_compute(node) and node.target is not memory.alloc and node.target is not _TO_DIM_ORDER_COPY:
             edge_name = node.meta.get("edge_nodes", (node.name,))[0]
             decision = log.decisions.get(edge_name)
@@ -110,6 +113,31 @@ def build_report(
 
 
 _TO_DIM_ORDER_COPY = exir_ops.edge.dim_order_ops._to_dim_order_copy.default
+def _model_input(value: object) -> str | None:
+    """The model input a delegate argument is (int8 I/O) or the quantize of (float I/O), else None."""
+    if isinstance(value, Node) and (is_quantize(value) or _is_quantize_kernel(value)) and value.args:
+        value = value.args[0]
+    return value.name if isinstance(value, Node) and value.op == "placeholder" else None
+
+
+def _input_transposes(call: Node, tflite: bytes) -> list[dict]:
+    """The partition's TRANSPOSEs of a model input (an NCHW image the NPU turns NHWC first): per one, the
+    input's name and the LiteRT op's index (the latency estimate's kernel index)."""
+    model = tfl.ModelT.InitFromPackedBuf(tflite, 0)
+    graph = model.subgraphs[0]
+    inputs = {int(tensor): position for position, tensor in enumerate(graph.inputs)}
+    found = []
+    for index, op in enumerate(graph.operators):
+        code = model.operatorCodes[op.opcodeIndex]
+        if max(code.builtinCode, code.deprecatedBuiltinCode) != tfl.BuiltinOperator.TRANSPOSE:
+            continue
+        position = inputs.get(int(op.inputs[0]))
+        name = _model_input(call.args[1 + position]) if position is not None else None
+        if name is not None:
+            found.append({"input": name, "kernel": index})
+    return found
+
+
 def _fused_into(op_handles: tuple[tuple[int, ...], ...], nodes: list[Node]) -> dict[str, str]:
     """Edge node -> the node whose NPU kernel runs it, for the nodes that have no kernel of their own: every
     LiteRT op they are part of belongs to another node (a ReLU6 in its conv's CONV_2D)."""
@@ -153,9 +181,23 @@ def _cpu_execution(node: Node) -> dict:
             "cpu_reason": node.meta.get("cpu_reason", "the op has no int8 kernel on the Cortex-M")}
 
 
+def _model_io(node: Node) -> dict:
+    """``{"model_io": "input"}`` for the quantize of a float model input, ``"output"`` for the dequantize of a
+    model output (what ``--io int8`` removes), else ``{}``."""
+    if node.op == "call_function" and _model_input(node) is not None:
+        return {"model_io": "input"}
+    if any(user.op == "output" for user in node.users) and not (is_quantize(node) or _is_quantize_kernel(node)):
+        return {"model_io": "output"}
+    return {}
+
+
+def _is_quantize_kernel(node: Node) -> bool:
+    return node.meta.get("edge_op", "").startswith("quantized_decomposed.quantize_")
+
+
 def _conversion_reason(node: Node) -> str:
     """Why a quantize / dequantize runs on the CPU: it converts at the float edge of the int8 program."""
-    if is_quantize(node) or node.meta.get("edge_op", "").startswith("quantized_decomposed.quantize_"):
+    if is_quantize(node) or _is_quantize_kernel(node):
         source = node.args[0]
         what = "the float model input" if source.op == "placeholder" else f"the float output of {source.name}"
         return f"converts {what} to int8"

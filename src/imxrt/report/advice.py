@@ -1,0 +1,136 @@
+"""Advice: the few changes that would save the most estimated time, each with its figures (``report.json``
+``advice``; the CLI prints the first three, the HTML page shows them first).
+
+Every item is read off this program's own estimate, never guessed: its ``saves_us`` is the estimated time of
+the kernels the change removes, ``before_us`` the program's estimate and ``after_us`` the estimate without
+them. Where the change removes work whose replacement the estimate cannot know (an op the NPU would run
+instead of the CPU), ``saves_us`` is that op's CPU time, and the item says it is a bound (``at_most``).
+
+    io_int8              the CPU converts float model inputs to int8 and int8 outputs to float: --io int8
+    channels_last_input  the NPU transposes an NCHW model input to NHWC first: a channels_last model input
+    cpu_op               an op runs on the CPU (in float, or in int8 between partitions): the rule it failed
+    sram_peak            the tensors live at the arena's peak, the largest first
+"""
+
+from __future__ import annotations
+
+from imxrt.report.names import label
+
+SHOWN = 3  # items the CLI prints
+MOST = 5  # time-saving items kept: the few that save the most
+
+
+def advise(report: dict, has_npu: bool) -> list[dict]:
+    """The advice for a finished report (placement, latency and memory): the ``MOST`` time-saving items,
+    largest first, then the SRAM peak. Ops left on the CPU are advice only where an NPU could take them."""
+    latency = report["latency"]
+    total = float(latency["total"]["us"])
+    items = [_io_int8(report, total), _channels_last_input(report, total)]
+    if has_npu:
+        items += _cpu_ops(report, total)
+    ranked = sorted((item for item in items if item is not None), key=lambda item: -item["saves_us"])[:MOST]
+    peak = _sram_peak(report)
+    return ranked + ([peak] if peak else [])
+
+
+def _timed(item: dict, total: float, saves_us: float) -> dict:
+    return item | {"saves_us": round(saves_us, 3), "before_us": round(total, 3),
+                   "after_us": round(total - saves_us, 3)}
+
+
+def _cpu_us(report: dict) -> dict[str, float]:
+    return {op["name"]: float(op["us"]) for op in report["latency"]["ops"] if op["device"] == "cpu"}
+
+
+def _io_int8(report: dict, total: float) -> dict | None:
+    conversions = [op for op in report["ops"] if op.get("model_io")]
+    us = _cpu_us(report)
+    saves = sum(us.get(op["name"], 0.0) for op in conversions)
+    if not conversions or saves <= 0:
+        return None
+    inputs = [op for op in conversions if op["model_io"] == "input"]
+    what = " and ".join(part for part in (
+        f"quantizes the float model input{'s' if len(inputs) > 1 else ''}" if inputs else "",
+        f"dequantizes the int8 output{'s' if len(conversions) - len(inputs) > 1 else ''}"
+        if len(inputs) < len(conversions) else "") if part)
+    return _timed({
+        "kind": "io_int8",
+        "title": "--io int8",
+        "change": "compile with --io int8 and give the program int8 inputs (quantized in the pre-processing, with "
+                  "the scale and zero point report.json's io lists)",
+        "why": f"the CPU {what}",
+    }, total, saves)
+
+
+def _channels_last_input(report: dict, total: float) -> dict | None:
+    partitions = {p["index"]: p for p in report["latency"]["partitions"]}
+    npu_hz = float(report["latency"]["clock_hz"].get("npu") or report["latency"]["clock_hz"]["cpu"])
+    saves, names = 0.0, []
+    for partition in report["partitions"]:
+        for transpose in partition.get("input_transposes", []):
+            kernel = partitions[partition["index"]]["kernels"][transpose["kernel"]]
+            saves += kernel["cycles"] * 1e6 / npu_hz
+            names.append(transpose["input"])
+    if not names:
+        return None
+    listed = ", ".join(dict.fromkeys(names))
+    return _timed({
+        "kind": "channels_last_input",
+        "title": f"channels_last input {listed}",
+        "change": f"give the model {listed} in channels_last memory format (example inputs and calibration "
+                  "samples as x.to(memory_format=torch.channels_last)), and feed NHWC bytes at run time",
+        "why": f"the NPU first transposes the NCHW input {listed} to NHWC",
+    }, total, saves)
+
+
+def _cpu_ops(report: dict, total: float) -> list[dict]:
+    us = _cpu_us(report)
+    items = []
+    for op in report["ops"]:
+        if op["placement"] != "cpu" or op.get("model_io") or op.get("execution") not in ("cpu float", "cpu int8") \
+                or us.get(op["name"], 0.0) <= 0 or "converts" in op.get("reason", ""):
+            continue
+        how = "in float" if op["execution"] == "cpu float" else "in int8 on the CPU, outside the NPU partitions"
+        why = op.get("cpu_reason") if op["execution"] == "cpu float" else None
+        items.append(_timed({
+            "kind": "cpu_op",
+            "op": op["name"],
+            "title": f"{op['op'].split('.')[-2]} in {label(op)}",
+            "change": f"make {label(op)} ({op['op']}) pass the NPU's rule: {op['reason']}",
+            "why": f"it runs {how}" + (f" ({why})" if why else ""),
+            "at_most": True,  # the NPU would run it in some time of its own, which the estimate cannot know
+        }, total, us[op["name"]]))
+    return items
+
+
+def _sram_peak(report: dict) -> dict | None:
+    arenas = (report.get("memory") or {}).get("arenas") or []
+    if not arenas:
+        return None
+    arena = max(arenas, key=lambda a: a["arena_bytes"])
+    tensors = sorted(arena.get("peak_tensors", []), key=lambda t: -t["bytes"])
+    if not tensors:
+        return None
+    largest = tensors[0]
+    return {
+        "kind": "sram_peak",
+        "title": "SRAM peak",
+        "change": f"make {largest['name']} ({largest['role']}, {largest['bytes']:,} B) smaller: it is the largest "
+                  "tensor live at the arena's peak",
+        "why": "live at the arena's peak: " + ", ".join(f"{t['name']} ({t['bytes']:,} B)" for t in tensors[:3]),
+        "arena_bytes": arena["arena_bytes"],
+        "peak_bytes": [t["bytes"] for t in tensors],
+    }
+
+
+def advice_lines(advice: list[dict]) -> list[str]:
+    """The CLI's lines: the first ``SHOWN`` items, one line each (report.json and report.html say how)."""
+    lines = []
+    for number, item in enumerate(advice[:SHOWN], start=1):
+        if "saves_us" in item:
+            bound = "at most " if item.get("at_most") else ""
+            figure = f"saves {bound}{item['saves_us']:,.1f} µs ({item['before_us']:,.1f} -> {item['after_us']:,.1f} µs)"
+        else:
+            figure = f"arena {item['arena_bytes']:,} B"
+        lines.append(f"  {number}. {item['title']}: {figure}; {item['why']}")
+    return (["advice (from the estimate; report.html says how):"] + lines) if lines else []

@@ -58,10 +58,14 @@ def _parser() -> argparse.ArgumentParser:
                                "(the program takes and returns the int8 tensors, no float I/O in the arena)")
     compile_.add_argument("--c-header", action="store_true",
                           help="also write model_pte.h/.c: the program as a C array with its I/O and arena sizes")
+    compile_.add_argument("--bundle", type=int, default=None, metavar="N",
+                          help="also write model.bpte: ExecuTorch's BundledProgram with N test inputs (calibration "
+                               "samples, else random over each input's range) and the outputs the board must give")
     compile_.add_argument("--quiet", action="store_true", help="no progress bar or summary")
 
-    run = commands.add_parser("run", help="run a compiled .pte on this computer, bit-exactly")
-    run.add_argument("pte", type=Path, help="the program (e.g. out/model.pte)")
+    run = commands.add_parser("run", help="run a compiled .pte on this computer, bit-exactly (a .bpte: run its "
+                                          "test cases and check their outputs)")
+    run.add_argument("pte", type=Path, help="the program (e.g. out/model.pte), or a bundle (out/model.bpte)")
     run.add_argument("--input", action="append", default=[], type=Path, metavar="NPY",
                      help="a .npy file per program input, in order (repeat the flag); one numeric array each "
                           "(big-endian is converted; .npz archives are refused: save each array with numpy.save)")
@@ -89,6 +93,12 @@ def _parser() -> argparse.ArgumentParser:
     header.add_argument("--report", type=Path, default=None, metavar="JSON",
                         help="the report.json compiled with the .pte (default: beside the .pte)")
 
+    bundle = commands.add_parser("bundle", help="write OUTDIR/model.bpte: the program with test inputs and the "
+                                                "outputs it must give (ExecuTorch's BundledProgram)")
+    bundle.add_argument("outdir", type=Path, help="a folder imxrt compile wrote (e.g. out/)")
+    bundle.add_argument("--samples", type=int, default=4, metavar="N",
+                        help="test inputs: seeded random values over each input's range (default: 4)")
+
     commands.add_parser("targets", help="list the targets")
     return parser
 
@@ -106,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             return _report(args)
         if args.command == "header":
             return _header(args)
+        if args.command == "bundle":
+            return _bundle(args)
         return _compile(args)
     except ImxrtError as e:
         print(f"imxrt: error: {e}", file=sys.stderr)
@@ -149,6 +161,8 @@ def _compile(args: argparse.Namespace) -> int:
     target = get_target(args.target, args.isa)  # before any slow work: a typo fails at once
     if args.calibration_samples is not None and args.calibration_samples < 1:
         raise BadOption("--calibration-samples", args.calibration_samples, "a positive number")
+    if args.bundle is not None and args.bundle < 1:
+        raise BadOption("--bundle", args.bundle, "a positive number of test inputs")
     check_writable(args.output)  # a folder we must not or cannot write fails before minutes of compiling
     source = load_source(args.source)
     options = CompileOptions(
@@ -175,14 +189,23 @@ def _compile(args: argparse.Namespace) -> int:
                           quantized=result.quantized)
         result.report["accuracy"] = report.as_dict()
         accuracy = report.lines()
-    result.save(args.output, c_header=args.c_header)
+    bundled = None
+    if args.bundle is not None:
+        from imxrt import bundle
+
+        # the samples the program was calibrated on (the example inputs when the source gives none)
+        samples = source.calibration if source.calibration is not None else [source.example_inputs]
+        inputs = bundle.test_inputs(result.io, args.bundle, samples)
+        bundled = bundle.bundle(result.pte, result.io, inputs)
+    result.save(args.output, c_header=args.c_header, bundled=bundled)
     if not args.quiet:
         for line in (summary_lines(result.report) + memory_lines(result.report["memory"]) + accuracy
                      + advice_lines(result.report["advice"])):
             print(line)
         dumps = f", {', '.join(sorted(result.npu_files))}" if result.npu_files else ""
         header = ", model_pte.h, model_pte.c" if args.c_header else ""
-        print(f"wrote {args.output / 'model.pte'} ({len(result.pte):,} bytes), report.json, report.html{header}, "
+        bpte = f", model.bpte ({args.bundle} test cases)" if bundled else ""
+        print(f"wrote {args.output / 'model.pte'} ({len(result.pte):,} bytes), report.json, report.html{header}{bpte}, "
               f"{len(result.partitions)} partition .tflite{dumps}")
     return 0
 
@@ -284,6 +307,70 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _looks_bundled(path: Path) -> bool:
+    from imxrt.bundle import is_bundle
+
+    try:
+        with open(path, "rb") as f:
+            return is_bundle(f.read(8))
+    except OSError:
+        return False  # the .pte reader says what is wrong with the path
+
+
+def _run_bundle(args: argparse.Namespace) -> int:
+    """Run a ``.bpte``'s test cases on the host runtime; exit 1 when an output differs from the bundle's."""
+    from imxrt import bundle
+    from imxrt.errors import BadFile
+    from imxrt.runtime import load
+
+    if args.input or args.output_dir or args.etdump or args.quantize_inputs:
+        raise BadOption("--input/--output-dir/--etdump/--quantize-inputs", str(args.pte),
+                        "nothing: a .bpte carries its own inputs (run its model.pte for those options)")
+    name = str(args.pte)
+    try:
+        data = args.pte.read_bytes()
+    except OSError as e:
+        raise BadFile(name, f"cannot be read ({e.strerror or e})") from None
+    program_bytes, cases = bundle.read(data, name)
+    program = load(program_bytes, check_plan=args.check_plan, name=f"{name} (its program)")
+    checks = bundle.verify(program, cases)
+    for check in checks:
+        print(f"output {check.output}: largest difference {check.worst:g} over {len(cases)} test case(s)")
+    failed = [check for check in checks if check.worst != 0]
+    if failed:
+        worst = max(failed, key=lambda c: c.worst)
+        raise BadFile(name, f"output {worst.output} differs from the bundle's expected output by {worst.worst:g} "
+                            f"(test case {worst.case}): this runtime and the program's compiler disagree")
+    print(f"all {len(cases)} test case(s) give the bundled outputs exactly")
+    return 0
+
+
+def _bundle(args: argparse.Namespace) -> int:
+    from imxrt import bundle, output_folder
+    from imxrt.errors import BadFile
+
+    if args.samples < 1:
+        raise BadOption("--samples", args.samples, "a positive number of test inputs")
+    pte_path = args.outdir / "model.pte"
+    try:
+        pte = pte_path.read_bytes()
+    except OSError as e:
+        raise BadFile(str(pte_path), f"cannot be read ({e.strerror or e}); give the folder imxrt compile -o wrote") \
+            from None
+    io = read_io(paired_report(pte_path, None))
+    output_folder.check_overwrite(args.outdir, ["model.bpte"])  # never over a file of the user's
+    data = bundle.bundle(pte, io, bundle.test_inputs(io, args.samples))
+    partial = args.outdir / ".model.bpte.partial"  # renamed into place: an interrupt leaves no half file
+    try:
+        partial.write_bytes(data)
+        os.replace(partial, args.outdir / "model.bpte")
+    finally:
+        partial.unlink(missing_ok=True)
+    output_folder.adopt(args.outdir, ["model.bpte"])  # the next compile there replaces or removes it
+    print(f"wrote {args.outdir / 'model.bpte'} ({len(data):,} bytes, {args.samples} test cases)")
+    return 0
+
+
 def check_output_dir(path: Path) -> None:
     """Refuse an ``--output-dir`` that is a file, or is in one, or cannot be written, before the program runs:
     a run's outputs must not be lost at its end. Nothing is created."""
@@ -312,6 +399,8 @@ def _run(args: argparse.Namespace) -> int:
     from imxrt.runtime import load
     from imxrt.runtime.inputs import read_npy
 
+    if _looks_bundled(args.pte):
+        return _run_bundle(args)
     if args.output_dir is not None:
         check_output_dir(args.output_dir)
     inputs = [read_npy(path) for path in args.input]

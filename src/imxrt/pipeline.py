@@ -103,10 +103,12 @@ class CompileResult:
         """Each model input and output: name, shape, dtype, dim order, scale, zero point (``report["io"]``)."""
         return self.report["io"]
 
-    def save(self, output: str | Path, c_header: bool = False) -> None:
+    def save(self, output: str | Path, c_header: bool = False, bundled: bytes | None = None) -> None:
         """Write ``model.pte``, ``model.etrecord``, ``report.json``, ``report.html``, ``npu/partition_<i>.tflite``
         and the converter's dumps into the folder ``output`` (with ``c_header``, also ``model_pte.h``/``.c``:
-        the program as a C array, ``imxrt.firmware``), and ``.imxrt-manifest.json``: each file's size and sha256.
+        the program as a C array, ``imxrt.firmware``; with ``bundled``, ``model.bpte``: the program with test cases,
+        ``imxrt.bundle``, which the C array then holds instead), and ``.imxrt-manifest.json``: each file's size
+        and sha256.
 
         The folder is checked first (``BadOption`` for the filesystem root, the home folder or above it, a path
         under a file, a place that cannot be written). Only the files the previous compile's manifest lists, and
@@ -122,8 +124,10 @@ class CompileResult:
                  "report.html": report_html.render(self.report).encode("utf-8")}
         if self.etrecord is not None:
             files["model.etrecord"] = etrecord_bytes(self.etrecord)
+        if bundled is not None:
+            files["model.bpte"] = bundled
         if c_header:
-            header, source = firmware.render(self.pte, self.io)
+            header, source = firmware.render(self.pte, self.io, bundled=bundled)
             files["model_pte.h"], files["model_pte.c"] = header.encode("ascii"), source.encode("ascii")
         for index, tflite in enumerate(self.partitions):
             files[f"npu/partition_{index}.tflite"] = tflite

@@ -50,10 +50,11 @@ class Program:
         return self._interpreter.signature()
 
 
-def load(source: bytes | bytearray | str | os.PathLike, check_plan: bool = False) -> Program:
+def load(source: bytes | bytearray | str | os.PathLike, check_plan: bool = False, name: str | None = None) -> Program:
     """Load a ``.pte`` from its bytes or a path. ``check_plan`` poisons each planned tensor's bytes when
-    its lifetime ends, so a memory plan with overlapping live tensors gives wrong outputs."""
-    program = read_program(source)
+    its lifetime ends, so a memory plan with overlapping live tensors gives wrong outputs. ``name``: how errors
+    name bytes."""
+    program = read_program(source, name)
     try:
         return Program(program, check_plan=check_plan)
     except ImxrtError:

@@ -70,10 +70,11 @@ def allocation_offset(allocation: schema.AllocationDetails) -> int:
     return allocation.memory_offset_low | (allocation.memory_offset_high << 32)
 
 
-def read_program(source: bytes | bytearray | memoryview | str | os.PathLike) -> ProgramFile:
-    """Read and check a ``.pte`` from its bytes or a path; raise ``BadFile`` if it cannot be run."""
+def read_program(source: bytes | bytearray | memoryview | str | os.PathLike, name: str | None = None) -> ProgramFile:
+    """Read and check a ``.pte`` from its bytes or a path; raise ``BadFile`` if it cannot be run. ``name``:
+    how errors name bytes (the file they came out of)."""
     if isinstance(source, (bytes, bytearray, memoryview)):
-        name, data = "<bytes>", bytes(source)
+        name, data = name or "<bytes>", bytes(source)
     else:
         name = str(source)
         try:

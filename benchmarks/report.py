@@ -17,7 +17,12 @@ page at a 1280 px wide viewport.
 Needs Chromium (Debian/Ubuntu: ``apt-get install -y chromium``; or set CHROMIUM=/path/to/chrome).
 Exit status: 0 all reports clean, 1 a console error or a broken page, 2 no Chromium.
 
+With ``--explorer`` (a Python with the explorer extra) each folder is also opened in Model Explorer through
+``imxrt explore`` on 127.0.0.1, screenshot to OUTPUT/<target>/explorer.png, and the server is asked for the
+estimated-time overlay it serves; the web app's request for Google's font is counted apart (offline here).
+
     python benchmarks/report.py [--output out/report_benchmark] [--targets imxrt700 imxrt700-cpu] [--model mobilenet_v2]
+                                [--explorer]
 """
 
 from __future__ import annotations
@@ -181,11 +186,71 @@ PAGE_FACTS = """JSON.stringify({
 })"""
 
 
+EXPLORER_PORT = 8091
+EXPLORER_HOST_URL = f"127.0.0.1:{EXPLORER_PORT}"
+
+
+def served_overlay(port: int) -> int:
+    """How many ops the server's first overlay (the estimated µs) holds: what the web app loads from it."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/load_node_data?node_data_index=0", timeout=10) as r:
+        content = json.loads(json.loads(r.read())["content"])
+    return sum(len(graph.get("results", {})) for graph in content.values())
+EXPLORER_SETTLE_S = 15  # the web app loads the models and runs the adapters after the page's load event
+
+
+def explorer_screenshot(browser: Browser, folder: Path) -> bool:
+    """Start ``imxrt explore`` on ``folder`` (loopback only), open its address with the overlays, screenshot it
+    to ``folder/explorer.png``; True when the server answered and the page showed no console error."""
+    import subprocess
+    import urllib.request
+
+    from imxrt import explorer
+
+    report = json.loads((folder / "report.json").read_text())
+    server = subprocess.Popen([sys.executable, "-m", "imxrt.cli", "explore", str(folder), "--no-browser",
+                               "--port", str(EXPLORER_PORT)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(120):
+            try:
+                with urllib.request.urlopen(f"http://{explorer.HOST}:{EXPLORER_PORT}/check_health", timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            print("  explorer: the server did not answer")
+            return False
+        errors = browser.open(explorer.url(explorer.config(folder, report), EXPLORER_PORT))
+        time.sleep(EXPLORER_SETTLE_S)
+        # every layer open, so the overlay's values show on the ops themselves
+        browser.evaluate("document.querySelector('mat-icon.expand-all').parentElement.click()")
+        time.sleep(EXPLORER_SETTLE_S / 3)
+        errors += [text for text in map(console_error, browser.events) if text and text not in errors]
+        # the web app asks Google's font server for its font, which a machine without internet cannot reach
+        offline = [text for text in errors if "ERR_NAME_NOT_RESOLVED" in text and EXPLORER_HOST_URL not in text]
+        errors = [text for text in errors if text not in offline]
+        served = served_overlay(EXPLORER_PORT)
+        browser.screenshot(folder / "explorer.png")
+        print(f"  explorer: {folder / 'explorer.png'} (ETRecord graph; the server holds the overlay "
+              f"'{explorer.ESTIMATE}' with {served} ops); console errors: {len(errors)}"
+              + (f", {len(offline)} external resource(s) not reachable offline" if offline else ""))
+        for text in errors:
+            print(f"    {text}")
+        return not errors and served > 0
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=HERE.parent / "out" / "report_benchmark")
     parser.add_argument("--targets", nargs="+", default=["imxrt700", "imxrt700-cpu"])
     parser.add_argument("--model", default="mobilenet_v2", help="an example of examples/")
+    parser.add_argument("--explorer", action="store_true",
+                        help="also open each folder in Model Explorer (imxrt explore, on 127.0.0.1) and screenshot "
+                             "the graph with the estimated-time overlay: needs the explorer extra in this Python")
     args = parser.parse_args()
 
     chromium = find_chromium()
@@ -238,6 +303,8 @@ def main() -> int:
             print(f"  console errors: {len(errors)}" + "".join(f"\n    {text}" for text in errors))
             for problem in problems[len(errors):]:
                 print(f"  problem: {problem}")
+            if args.explorer:
+                failed |= not explorer_screenshot(browser, folder)
     finally:
         browser.close()
     print("FAIL: see the errors above" if failed else "OK: every report rendered without console errors")

@@ -99,6 +99,15 @@ def _parser() -> argparse.ArgumentParser:
     bundle.add_argument("--samples", type=int, default=4, metavar="N",
                         help="test inputs: seeded random values over each input's range (default: 4)")
 
+    explore = commands.add_parser("explore", help="open OUTDIR in Model Explorer (model.etrecord with the estimated "
+                                                  "time and module of each op, and model.pte); needs [explorer]")
+    explore.add_argument("outdir", type=Path, help="a folder imxrt compile wrote (e.g. out/)")
+    explore.add_argument("--etdump", type=Path, default=None, metavar="PATH",
+                         help="also overlay this ETDump (imxrt run --etdump) through ExecuTorch's ETDump provider")
+    explore.add_argument("--port", type=int, default=8080, help="port on 127.0.0.1 (default: 8080, or the next free "
+                                                                 "one up to 8099)")
+    explore.add_argument("--no-browser", action="store_true", help="print the address instead of opening a browser")
+
     commands.add_parser("targets", help="list the targets")
     return parser
 
@@ -118,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             return _header(args)
         if args.command == "bundle":
             return _bundle(args)
+        if args.command == "explore":
+            return _explore(args)
         return _compile(args)
     except ImxrtError as e:
         print(f"imxrt: error: {e}", file=sys.stderr)
@@ -368,6 +379,17 @@ def _bundle(args: argparse.Namespace) -> int:
         partial.unlink(missing_ok=True)
     output_folder.adopt(args.outdir, ["model.bpte"])  # the next compile there replaces or removes it
     print(f"wrote {args.outdir / 'model.bpte'} ({len(data):,} bytes, {args.samples} test cases)")
+    return 0
+
+
+def _explore(args: argparse.Namespace) -> int:
+    from imxrt import explorer
+
+    report = read_report(args.outdir / "report.json", "give the folder imxrt compile -o wrote")
+    cfg = explorer.config(args.outdir, report, args.etdump)
+    print(f"Model Explorer on http://{explorer.HOST}:{args.port}/ (Ctrl-C stops it): {args.outdir / 'model.etrecord'} "
+          f"with the overlays '{explorer.ESTIMATE}' and '{explorer.MODULE}', and {args.outdir / 'model.pte'}")
+    explorer.serve(cfg, args.port, open_browser=not args.no_browser)
     return 0
 
 

@@ -88,3 +88,17 @@ def test_imxrt_bundle_writes_one_for_a_compiled_folder_and_refuses_a_damaged_one
     capsys.readouterr()
     assert main(["run", str(tmp_path / "cut.bpte")]) == 1
     assert "cut.bpte" in capsys.readouterr().err
+
+
+def test_the_bundles_first_inputs_are_the_calibration_samples_even_from_a_generator(tmp_path):
+    source = SMALL_CONV_NET_SOURCE + '''
+def calibration_inputs():
+    generator = torch.Generator().manual_seed(7)
+    for _ in range(5):
+        yield (torch.randn(1, 3, 6, 6, generator=generator),)
+'''
+    out = _compile(tmp_path, "imxrt700-cpu", source)
+    _, cases = bundle.read((out / "model.bpte").read_bytes(), "model.bpte")
+    generator = torch.Generator().manual_seed(7)
+    for case in cases:  # the first 3 of the 5 samples, in order
+        np.testing.assert_array_equal(case.inputs[0], torch.randn(1, 3, 6, 6, generator=generator).numpy())

@@ -25,8 +25,9 @@ def folder(tmp_path_factory):
     out = tmp / "out"
     assert main(["compile", str(tmp / "net.py"), "--target", "imxrt700", "-o", str(out), "--quiet"]) == 0
     np.save(tmp / "x.npy", np.ones((1, 3, 6, 6), np.float32))
-    assert main(["run", str(out / "model.pte"), "--input", str(tmp / "x.npy"), "--etdump", str(tmp / "run.etdump")]) == 0
-    return out, tmp / "run.etdump"
+    etdump = tmp / "run.etdump"
+    assert main(["run", str(out / "model.pte"), "--input", str(tmp / "x.npy"), "--etdump", str(etdump)]) == 0
+    return out, etdump
 
 
 @pytest.mark.skipif(INSTALLED, reason="the explorer extra is installed here")

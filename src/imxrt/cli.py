@@ -186,8 +186,17 @@ def _compile(args: argparse.Namespace) -> int:
         sram_budget=parse_bytes("--sram-budget", args.sram_budget),
         io=args.io,
     )
+    calibration, kept = source.calibration, [source.example_inputs]
+    if args.bundle is not None and calibration is not None:  # the first samples, kept for the bundle's inputs
+        import itertools
+
+        from imxrt.model_checks import read_samples
+
+        reader = read_samples(calibration, "calibration")
+        kept = [sample for _, sample in itertools.islice(reader, args.bundle)]
+        calibration = itertools.chain(kept, (sample for _, sample in reader))
     try:
-        result = compile(source.model, source.example_inputs, target, source.calibration, options)
+        result = compile(source.model, source.example_inputs, target, calibration, options)
     except NeutronConverterFailed as e:  # keep the converter's input for a bug report
         kept = keep_failed_partition(e, args.output)
         raise NeutronConverterFailed(e.partition, f"{e.problem} (its .tflite is kept at {kept})", e.tflite) from e
@@ -205,8 +214,7 @@ def _compile(args: argparse.Namespace) -> int:
         from imxrt import bundle
 
         # the samples the program was calibrated on (the example inputs when the source gives none)
-        samples = source.calibration if source.calibration is not None else [source.example_inputs]
-        inputs = bundle.test_inputs(result.io, args.bundle, samples)
+        inputs = bundle.test_inputs(result.io, args.bundle, kept)
         bundled = bundle.bundle(result.pte, result.io, inputs)
     result.save(args.output, c_header=args.c_header, bundled=bundled)
     if not args.quiet:

@@ -113,6 +113,8 @@ def build_report(
 
 
 _TO_DIM_ORDER_COPY = exir_ops.edge.dim_order_ops._to_dim_order_copy.default
+
+
 def _model_input(value: object) -> str | None:
     """The model input a delegate argument is (int8 I/O) or the quantize of (float I/O), else None."""
     if isinstance(value, Node) and (is_quantize(value) or _is_quantize_kernel(value)) and value.args:
@@ -246,6 +248,5 @@ def summary_lines(report: dict) -> list[str]:
             how = f"{op['execution']}: {op['kernel']}"
             if op["execution"] == "cpu float" and op["cpu_reason"] not in op["reason"]:
                 how += f" ({op['cpu_reason']})"
-            name = label(op) if "module_type" in op else op["name"]
-            lines.append(f"  {name} {op['op']}: {how}; {op['reason']}")
+            lines.append(f"  {label(op)} {op['op']}: {how}; {op['reason']}")
     return lines

@@ -190,11 +190,12 @@ EXPLORER_PORT = 8091
 EXPLORER_HOST_URL = f"127.0.0.1:{EXPLORER_PORT}"
 
 
-def served_overlay(port: int) -> int:
-    """How many ops the server's first overlay (the estimated µs) holds: what the web app loads from it."""
+def served_overlay(port: int, index: int) -> int:
+    """How many ops the server's overlay ``index`` holds: what the web app loads from it."""
     import urllib.request
 
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/load_node_data?node_data_index=0", timeout=10) as r:
+    address = f"http://127.0.0.1:{port}/api/v1/load_node_data?node_data_index={index}"
+    with urllib.request.urlopen(address, timeout=10) as r:
         content = json.loads(json.loads(r.read())["content"])
     return sum(len(graph.get("results", {})) for graph in content.values())
 EXPLORER_SETTLE_S = 15  # the web app loads the models and runs the adapters after the page's load event
@@ -230,15 +231,17 @@ def explorer_screenshot(browser: Browser, folder: Path) -> bool:
         # the web app asks Google's font server for its font, which a machine without internet cannot reach
         offline = [text for text in errors if "ERR_NAME_NOT_RESOLVED" in text and EXPLORER_HOST_URL not in text]
         errors = [text for text in errors if text not in offline]
-        served = served_overlay(EXPLORER_PORT)
+        served = served_overlay(EXPLORER_PORT, index=1)  # explorer.overlays: the module's, then the times
+        shown = browser.evaluate("document.body.innerText").count(explorer.ESTIMATE)
         browser.screenshot(folder / "explorer.png")
-        print(f"  explorer: {folder / 'explorer.png'} (ETRecord graph; the server holds the overlay "
-              f"'{explorer.ESTIMATE}' with {served} ops); console errors: {len(errors)}"
+        print(f"  explorer: {folder / 'explorer.png'} (ETRecord graph; overlay '{explorer.ESTIMATE}' of {served} "
+              f"ops served, named {shown} times on the page); console errors: {len(errors)}"
               + (f", {len(offline)} external resource(s) not reachable offline" if offline else ""))
         for text in errors:
             print(f"    {text}")
-        return not errors and served > 0
+        return not errors and served > 0 and shown > 0
     finally:
+        browser.open("about:blank")  # the web app's late requests are not the next page's errors
         server.terminate()
         server.wait(timeout=30)
 

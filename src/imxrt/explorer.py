@@ -99,8 +99,9 @@ def overlays(report: dict, graph) -> dict[str, dict]:
         if op.get("module_type"):
             module[node.id] = {"value": label(op)}
     gradient = [{"stop": 0, "bgColor": "#e8f5e9"}, {"stop": 1, "bgColor": "#ef9a9a"}]
-    return {ESTIMATE: {graph.id: {"results": estimate, "gradient": gradient}},
-            MODULE: {graph.id: {"results": module}}}
+    # the last overlay is the one the web app shows first: the times, which colour the graph
+    return {MODULE: {graph.id: {"results": module}},
+            ESTIMATE: {graph.id: {"results": estimate, "gradient": gradient}}}
 
 
 def etdump_overlays(etrecord: Path, etdump: Path, graph) -> dict[str, dict]:
@@ -139,8 +140,8 @@ def config(outdir: Path, report: dict, etdump: Path | None = None):
     cfg = model_explorer.config()
     cfg.add_model_from_path(str(etrecord))
     cfg.add_model_from_path(str(pte))
-    for name, node_data in data.items():
-        cfg.add_node_data(name, json.dumps(node_data), model_name=etrecord.name)
+    for name, node_data in data.items():  # for the first model, the ETRecord (the web app names it otherwise)
+        cfg.add_node_data(name, json.dumps(node_data))
     return cfg
 
 

@@ -29,11 +29,19 @@ import numpy as np
 import torch
 
 from imxrt.errors import BadFile
+from imxrt.runtime.inputs import quantize_input
 
 IDENTIFIER = b"BP08"  # the BundledProgram flatbuffer's file identifier (bytes 4..8)
 METHOD = "forward"
 INT8_MIN, INT8_MAX = -128, 127
-_DTYPES = {"float32": (torch.float32, np.float32), "int8": (torch.int8, np.int8)}  # what our programs take
+_DTYPES = {"float32": torch.float32, "int8": torch.int8}  # what our programs take and give, by report.json name
+
+
+def _numpy_dtype(scalar_type) -> type | None:
+    """The numpy dtype of a bundled tensor's ExecuTorch scalar type, None for one our programs never use."""
+    from executorch.exir.scalar_type import ScalarType
+
+    return {ScalarType.FLOAT: np.float32, ScalarType.CHAR: np.int8}.get(scalar_type)
 
 
 def is_bundle(data: bytes) -> bool:
@@ -57,10 +65,9 @@ def test_inputs(io: dict, count: int, samples: Iterable[Sequence[torch.Tensor]] 
 
 
 def _as_input(value: torch.Tensor, info: dict) -> torch.Tensor:
-    if info["dtype"] == "int8" and value.is_floating_point():
-        q = torch.round(value.to(torch.float64) / info["scale"]) + info["zero_point"]
-        value = q.clamp(INT8_MIN, INT8_MAX).to(torch.int8)
-    return value.to(_DTYPES[info["dtype"]][0]).reshape(info["shape"])
+    if info["dtype"] == "int8" and value.is_floating_point():  # as imxrt run --quantize-inputs does
+        value = torch.from_numpy(quantize_input(value.numpy(), info["scale"], info["zero_point"], info["name"]))
+    return value.to(_DTYPES[info["dtype"]]).reshape(info["shape"])
 
 
 def _random_input(info: dict, generator: torch.Generator) -> torch.Tensor:
@@ -80,16 +87,11 @@ def _lay_out(tensor, dim_order: Sequence[int]) -> None:
     order = [int(d) for d in dim_order]
     if order == sorted(order):
         return
-    dtype = {torch.float32: np.float32, torch.int8: np.int8}[_torch_dtype(tensor.scalar_type)]
+    dtype = _numpy_dtype(tensor.scalar_type)
+    assert dtype is not None, tensor.scalar_type  # bundle() is given only our programs' tensors
     logical = np.frombuffer(bytes(tensor.data), dtype=dtype).reshape([int(s) for s in tensor.sizes])
     tensor.data = np.ascontiguousarray(np.transpose(logical, order)).tobytes()
     tensor.dim_order = order
-
-
-def _torch_dtype(scalar_type) -> torch.dtype:
-    from executorch.exir.scalar_type import ScalarType
-
-    return {ScalarType.FLOAT: torch.float32, ScalarType.CHAR: torch.int8}[scalar_type]
 
 
 def bundle(pte: bytes, io: dict, inputs: Sequence[tuple[torch.Tensor, ...]]) -> bytes:
@@ -152,11 +154,8 @@ def read(data: bytes, name: str) -> tuple[bytes, list[Case]]:
 
 def _array(value, where: str) -> np.ndarray:
     """A bundled tensor as a numpy array in its logical (NCHW) order, after checking it holds what it says."""
-    from executorch.exir.scalar_type import ScalarType
-
     tensor = getattr(value, "val", None)
-    dtypes = {ScalarType.FLOAT: np.float32, ScalarType.CHAR: np.int8}
-    dtype = dtypes.get(getattr(tensor, "scalar_type", None))
+    dtype = _numpy_dtype(getattr(tensor, "scalar_type", None))
     if dtype is None:
         raise BadFile(where, "is not a float32 or int8 tensor, which is all an imxrt program takes and gives")
     sizes, order = [int(s) for s in tensor.sizes], [int(d) for d in tensor.dim_order]

@@ -301,6 +301,7 @@ def _header(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from imxrt import output_folder
     from imxrt.errors import BadFile
     from imxrt.report.html import render
 
@@ -315,13 +316,7 @@ def _report(args: argparse.Namespace) -> int:
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
         raise BadFile(str(path), f"does not have the layout this imxrt writes ({type(e).__name__}: {e}); "
                                  "recompile with imxrt compile") from None
-    # Written aside and renamed: an interrupted run leaves the previous report.html whole.
-    partial = args.outdir / ".report.html.partial"
-    try:
-        partial.write_text(page, encoding="utf-8")
-        os.replace(partial, args.outdir / "report.html")
-    finally:
-        partial.unlink(missing_ok=True)
+    output_folder.write_whole(args.outdir / "report.html", page.encode("utf-8"))  # the old one stays on an interrupt
     print(f"wrote {args.outdir / 'report.html'}")
     return 0
 
@@ -379,12 +374,7 @@ def _bundle(args: argparse.Namespace) -> int:
     io = read_io(paired_report(pte_path, None))
     output_folder.check_overwrite(args.outdir, ["model.bpte"])  # never over a file of the user's
     data = bundle.bundle(pte, io, bundle.test_inputs(io, args.samples))
-    partial = args.outdir / ".model.bpte.partial"  # renamed into place: an interrupt leaves no half file
-    try:
-        partial.write_bytes(data)
-        os.replace(partial, args.outdir / "model.bpte")
-    finally:
-        partial.unlink(missing_ok=True)
+    output_folder.write_whole(args.outdir / "model.bpte", data)
     output_folder.adopt(args.outdir, ["model.bpte"])  # the next compile there replaces or removes it
     print(f"wrote {args.outdir / 'model.bpte'} ({len(data):,} bytes, {args.samples} test cases)")
     return 0

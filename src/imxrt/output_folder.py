@@ -389,10 +389,11 @@ def _write_manifest(folder: Path, manifest: Manifest) -> None:
     data = {"imxrt_output": _FORMAT, "files": manifest.files, "folders": sorted(manifest.folders)}
     if manifest.replacing:
         data["replacing"] = manifest.replacing
-    _write_whole(folder / MANIFEST, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+    write_whole(folder / MANIFEST, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
 
 
-def _write_whole(path: Path, data: bytes) -> None:
+def write_whole(path: Path, data: bytes) -> None:
+    """Write ``path`` aside and rename it into place: an interrupt leaves the old file or none, never half."""
     partial = path.with_name(f".{path.name}.partial")
     try:
         partial.write_bytes(data)
@@ -457,7 +458,7 @@ def _replace_beside_user_files(folder: Path, files: dict[str, bytes], entries: d
             if old_manifest is None:
                 manifest_path.unlink(missing_ok=True)
             else:
-                _write_whole(manifest_path, old_manifest)
+                write_whole(manifest_path, old_manifest)
         shutil.rmtree(staging, ignore_errors=True)
 
 

@@ -2,6 +2,7 @@
 
 ``imxrt.compile(model, example_inputs, target="imxrt700", calibration=...)`` returns a ``CompileResult``
 with the ``.pte`` bytes, each NPU partition's LiteRT subgraph, and the placement report.
+``imxrt.prepare_qat`` / ``imxrt.compile_qat``: QAT in the user's own training loop (DDP included).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import importlib
 # Exports resolved on first use, so `imxrt targets` and `--help` do not pay for importing torch.
 _EXPORTS = {
     "compile": "imxrt.pipeline",
+    "compile_qat": "imxrt.pipeline",
+    "prepare_qat": "imxrt.pipeline",
     "evaluate": "imxrt.accuracy",
     "CompileOptions": "imxrt.pipeline",
     "CompileResult": "imxrt.pipeline",

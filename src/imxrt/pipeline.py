@@ -5,6 +5,7 @@ Each stage is one function below, called in order by ``compile``; the driver fit
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import json
@@ -24,8 +25,7 @@ from executorch.exir import (
     to_edge,
 )
 from torch.export import ExportedProgram
-from torchao.quantization.pt2e import move_exported_model_to_eval, move_exported_model_to_train
-from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 from imxrt import firmware, integrity, output_folder
 from imxrt.cpu import ops as cortex_m_ops
@@ -51,7 +51,8 @@ from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
 from imxrt.profiling.etrecord import etrecord_bytes
 from imxrt.profiling.instructions import EDGE_NAME, instruction_table
 from imxrt.profiling.provenance import trim_history
-from imxrt.quantization import ImxrtQuantizer, calibrate, settle_zero_ranges
+from imxrt.quantization import ImxrtQuantizer, calibrate
+from imxrt.quantization import qat as qat_module
 from imxrt.report import html as report_html
 from imxrt.report import placement
 from imxrt.report.advice import advise
@@ -156,10 +157,60 @@ def compile(
     ``calibration`` is an iterable of input tuples; without it the example inputs calibrate (and a warning
     says so, since one sample rarely gives representative ranges).
 
-    ``qat``: quantization-aware training instead of calibration. ``qat(module)`` fine-tunes the model
-    prepared with fake quantization (the same quantizer rules; conv+BN fused so BN stays trainable) in
-    place, like any ``nn.Module``; its observers then give the int8 qparams.
+    ``qat``: quantization-aware training instead of calibration, the one-call form of ``prepare_qat`` and
+    ``compile_qat``. ``qat(module)`` fine-tunes the module ``prepare_qat`` makes (the same quantizer rules;
+    conv+BN fused so BN stays trainable) in place, like any ``nn.Module``; its observers then give the int8
+    qparams.
     """
+    options, target = _resolved(options, target)
+    example_inputs = check_inputs(model, example_inputs)
+    if qat is not None and not callable(qat):
+        raise BadOption("qat", type(qat).__name__, "a function train_fn(prepared_module) that fine-tunes it")
+    seconds: dict[str, float] = {}
+    with _timed(seconds, "export"):
+        exported = export_for_qat(model, example_inputs) if qat is not None else export(model, example_inputs)
+    with _timed(seconds, "quantize"):
+        if qat is not None:
+            prepared = qat_module.prepare(exported, example_inputs, target)
+            _train(qat, prepared)
+            quantized = qat_module.convert(prepared, example_inputs)
+        else:
+            quantized = quantize(exported, example_inputs, calibration, options, target)
+    return _compile_quantized(quantized, target, options, seconds)
+
+
+def prepare_qat(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], target: str | Target = "imxrt700"
+                ) -> torch.fx.GraphModule:
+    """The first half of QAT: ``model`` with fake quantization under ``target``'s rules, as an ``nn.Module`` in
+    training mode for the user's own loop (``.to(device)``, DDP, any optimizer, ``state_dict`` checkpoints;
+    ``train()``/``eval()``: the observers' statistics move in training mode only). Under ``torch.distributed``
+    every training forward reduces the activation statistics over all ranks, so DDP's ``broadcast_buffers``
+    may stay on. ``compile_qat`` makes the program of it."""
+    target = get_target(target) if isinstance(target, str) else target
+    example_inputs = check_inputs(model, example_inputs)
+    with _timed({}, "export"):
+        exported = export_for_qat(model, example_inputs)
+    with _timed({}, "quantize"):
+        return qat_module.prepare(exported, example_inputs, target)
+
+
+def compile_qat(prepared: torch.nn.Module, example_inputs: Sequence[torch.Tensor],
+                target: str | Target = "imxrt700", options: CompileOptions | None = None) -> CompileResult:
+    """The second half of QAT: the int8 program of a module ``prepare_qat`` made for ``target`` and these
+    example inputs (also inside DDP or DataParallel, on any device), as ``compile`` returns it. The module
+    itself is left as it is: a copy is moved to the CPU and converted, so training can go on. Under
+    ``torch.distributed``, call it on one rank (rank 0): every rank holds the same statistics."""
+    options, target = _resolved(options, target)
+    example_inputs = check_example_inputs(example_inputs)
+    module = qat_module.check_prepared(prepared, target, example_inputs)
+    seconds: dict[str, float] = {}
+    with _timed(seconds, "quantize"):
+        quantized = qat_module.convert(module, example_inputs)
+    return _compile_quantized(quantized, target, options, seconds)
+
+
+def _resolved(options: CompileOptions | None, target: str | Target) -> tuple[CompileOptions, Target]:
+    """The options, checked, with the Neutron compiler resolved, and the target."""
     options = options or CompileOptions()
     target = get_target(target) if isinstance(target, str) else target
     options = resolve_neutron_compiler(options, target)
@@ -168,19 +219,24 @@ def compile(
     if options.sram_budget is not None and (isinstance(options.sram_budget, bool) or
                                             not isinstance(options.sram_budget, int) or options.sram_budget < 1):
         raise BadOption("--sram-budget", options.sram_budget, "a positive number of bytes (e.g. 512K, 2M)")
-    example_inputs = check_inputs(model, example_inputs)
-    seconds: dict[str, float] = {}
-    placement_log = PlacementLog()
+    return options, target
 
-    if qat is not None and not callable(qat):
-        raise BadOption("qat", type(qat).__name__, "a function train_fn(prepared_module) that fine-tunes it")
-    with _timed(seconds, "export"):
-        exported = export(model, example_inputs, training=qat is not None)
-    with _timed(seconds, "quantize"):
-        if qat is not None:
-            quantized = quantize_qat(exported, example_inputs, qat, target)
-        else:
-            quantized = quantize(exported, example_inputs, calibration, options, target)
+
+def _train(train_fn: Callable[[torch.fx.GraphModule], object], prepared: torch.fx.GraphModule) -> None:
+    """Run the user's QAT ``train_fn``; whatever it raises is a ``BadModel`` of one line."""
+    try:
+        train_fn(prepared)
+    except SystemExit as e:
+        raise BadModel(f"the QAT train_fn {called_exit(e)}; it must return when training is done") from None
+    except Exception as e:  # user code: report it in one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise BadModel(f"the QAT train_fn raised {type(e).__name__}: {first}") from e
+
+
+def _compile_quantized(quantized: ExportedProgram, target: Target, options: CompileOptions,
+                       seconds: dict[str, float]) -> CompileResult:
+    """The stages after quantization: lower, check, report, serialize, plan memory."""
+    placement_log = PlacementLog()
     with _timed(seconds, "lower"):
         edge = lower(quantized, target, options, placement_log)
     with _timed(seconds, "check"):
@@ -259,6 +315,20 @@ def check_inputs(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor])
     """The model must be float with float tensor inputs: int8 conversion is this compiler's job."""
     if not isinstance(model, torch.nn.Module):
         raise BadModel(f"expected a torch.nn.Module, got {type(model).__name__}")
+    example_inputs = check_example_inputs(example_inputs)
+    for name, p in list(model.named_parameters()) + list(model.named_buffers()):
+        if p.dtype in (torch.int64, torch.bool):
+            continue  # BatchNorm's num_batches_tracked is int64
+        if not p.dtype.is_floating_point:
+            raise BadModel(f"parameter {name} is {p.dtype}; give the float model, imxrt quantizes it itself")
+        if p.dtype != torch.float32:
+            raise BadModel(f"parameter {name} is {p.dtype}; imxrt quantizes float32 models: call model.float()")
+    check_finite_weights(model)
+    return example_inputs
+
+
+def check_example_inputs(example_inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """A non-empty tuple of finite float32 tensors."""
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     example_inputs = tuple(example_inputs)
@@ -278,14 +348,6 @@ def check_inputs(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor])
         found = non_finite(x)
         if found:  # they calibrate when no calibration data is given, and trace forward()
             raise BadModel(f"example input {index} holds {found}; give finite example inputs")
-    for name, p in list(model.named_parameters()) + list(model.named_buffers()):
-        if p.dtype in (torch.int64, torch.bool):
-            continue  # BatchNorm's num_batches_tracked is int64
-        if not p.dtype.is_floating_point:
-            raise BadModel(f"parameter {name} is {p.dtype}; give the float model, imxrt quantizes it itself")
-        if p.dtype != torch.float32:
-            raise BadModel(f"parameter {name} is {p.dtype}; imxrt quantizes float32 models: call model.float()")
-    check_finite_weights(model)
     return example_inputs
 
 
@@ -311,6 +373,18 @@ def export(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], tra
     return exported
 
 
+def export_for_qat(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...]) -> ExportedProgram:
+    """``export`` in training mode of a copy of ``model``: the exported program shares its parameters with the
+    module it traced, and QAT trains them, so the user's float model (their reference for accuracy) stays as it
+    was, weights and mode."""
+    try:
+        model = copy.deepcopy(model)
+    except Exception as e:  # a module holding an uncopyable object (a file, a lock)
+        raise BadModel(f"QAT trains a copy of the model, and copy.deepcopy(model) failed ({type(e).__name__}: "
+                       f"{e}); keep objects that cannot be copied out of the module") from e
+    return export(model, example_inputs, training=True)
+
+
 def _has_npu(target: Target | None) -> bool:
     return target is None or target.npu is not None  # None: the i.MX RT700, as ImxrtQuantizer reads it
 
@@ -333,31 +407,6 @@ def quantize(
     if options.calibration_samples is not None:
         calibration = itertools.islice(calibration, options.calibration_samples)
     calibrate(prepared, calibration, total=options.calibration_samples, show_progress=options.show_progress)
-    converted = convert_pt2e(prepared)
-    return torch.export.export(converted, example_inputs, strict=False)
-
-
-def quantize_qat(
-    exported: ExportedProgram,
-    example_inputs: tuple[torch.Tensor, ...],
-    train_fn: Callable[[torch.fx.GraphModule], object],
-    target: Target | None = None,
-) -> ExportedProgram:
-    """pt2e QAT with ``ImxrtQuantizer(qat=True)``: prepare the training-mode graph (pt2e fuses each
-    conv+BN so the fake-quantized weight is the folded one), ``train_fn`` fine-tunes it, convert folds
-    the BN; returns the re-exported int8 program, as ``quantize`` does."""
-    graph_module = run_aten_passes(exported.module(check_guards=False), qat=True, npu=_has_npu(target))
-    prepared = prepare_qat_pt2e(graph_module, ImxrtQuantizer(target, qat=True))
-    move_exported_model_to_train(prepared)
-    try:
-        train_fn(prepared)
-    except SystemExit as e:
-        raise BadModel(f"the QAT train_fn {called_exit(e)}; it must return when training is done") from None
-    except Exception as e:  # user code: report it in one line
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise BadModel(f"the QAT train_fn raised {type(e).__name__}: {first}") from e
-    move_exported_model_to_eval(prepared)
-    settle_zero_ranges(prepared)
     converted = convert_pt2e(prepared)
     return torch.export.export(converted, example_inputs, strict=False)
 

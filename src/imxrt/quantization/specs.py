@@ -24,38 +24,17 @@ from torchao.quantization.pt2e.quantizer import (
     QuantizationSpec,
 )
 
+from imxrt.quantization.observers import FiniteMinMaxObserver, QatMovingAverageMinMaxObserver
+
 INT8_MIN, INT8_MAX = -128, 127
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-
-
-class _FiniteValues:
-    """An observer that sees only the finite values: an int8 tensor holds no NaN or infinity, and one NaN
-    (``log`` or ``sqrt`` of a negative calibration value) made the whole range NaN and calibration fail."""
-
-    def forward(self, x_orig):
-        if not isinstance(x_orig, torch.Tensor) or x_orig.numel() == 0:
-            return x_orig
-        finite = torch.isfinite(x_orig.detach())
-        if bool(finite.all()):
-            return super().forward(x_orig)
-        if bool(finite.any()):
-            super().forward(x_orig.detach()[finite])
-        return x_orig
-
-
-class FiniteMinMaxObserver(_FiniteValues, MinMaxObserver):
-    """MinMaxObserver over the finite values."""
-
-
-class FiniteMovingAverageMinMaxObserver(_FiniteValues, MovingAverageMinMaxObserver):
-    """MovingAverageMinMaxObserver over the finite values."""
 
 
 def activation_spec(qat: bool = False, symmetric: bool = False) -> QuantizationSpec:
     """Per-tensor asymmetric int8, calibrated by min/max of the finite values (TFLite's converter does the
     same); ``symmetric``: zero point 0, for the operands of a batch matmul, which Neutron's BATCH_MATMUL
     takes only with zero points 0."""
-    observer = FakeQuantize.with_args(observer=FiniteMovingAverageMinMaxObserver) if qat else FiniteMinMaxObserver
+    observer = FakeQuantize.with_args(observer=QatMovingAverageMinMaxObserver) if qat else FiniteMinMaxObserver
     return QuantizationSpec(
         dtype=torch.int8,
         quant_min=INT8_MIN,

@@ -1,0 +1,64 @@
+"""One rank of the distributed QAT test (tests/test_qat.py launches two, as torchrun would).
+
+Each rank trains the same prepared module wrapped in DDP (gloo, loopback only, DDP's defaults: its
+``broadcast_buffers`` stays on) on its own shard: rank r's inputs lie in [-1, 1] on rank 0 and [-4, 4] on
+rank 1. Every rank writes its observers' statistics; rank 0 then compiles the program into the output
+folder, as a user would.
+
+    python tests/qat_ranks.py RANK WORLD_SIZE RENDEZVOUS_FILE OUTPUT_FOLDER
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+import imxrt
+from imxrt.pipeline import CompileOptions
+
+SHAPE = (1, 2, 6, 6)
+STEPS, BATCH = 4, 16
+RANGES = (1.0, 4.0)  # rank r's inputs lie in [-RANGES[r], RANGES[r]]
+
+
+def model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(2, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 16, 4)).eval()
+
+
+def shard(rank: int, count: int) -> torch.Tensor:
+    """Inputs spanning exactly [-r, r] in every batch: uniform values with the two ends set."""
+    bound = RANGES[rank]
+    values = (torch.rand((count, *SHAPE[1:]), generator=torch.Generator().manual_seed(rank)) * 2 - 1) * bound
+    values[:, 0, 0, 0], values[:, 0, 0, 1] = -bound, bound
+    return values
+
+
+def main(rank: int, world_size: int, rendezvous: str, output: Path) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world_size)
+    try:
+        prepared = imxrt.prepare_qat(model(), (torch.zeros(SHAPE),), target="imxrt700")
+        trained = DistributedDataParallel(prepared)
+        optimizer = torch.optim.SGD(trained.parameters(), lr=1e-3)
+        data = shard(rank, STEPS * BATCH)
+        for batch in data.split(BATCH):
+            optimizer.zero_grad()
+            trained(batch).square().mean().backward()
+            optimizer.step()
+        statistics = {name: [float(m.min_val), float(m.max_val)] for name, m in prepared.named_modules()
+                      if type(m).__name__ == "QatMovingAverageMinMaxObserver"}
+        (output / f"rank{rank}.json").write_text(json.dumps(statistics))
+        if rank == 0:
+            result = imxrt.compile_qat(trained, (torch.zeros(SHAPE),), "imxrt700", CompileOptions(show_progress=False))
+            result.save(output / "program")
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], Path(sys.argv[4]))

@@ -1,4 +1,4 @@
-"""Every examples/*.py follows the SOURCE contract `imxrt compile SOURCE` relies on.
+"""Every examples/*.py SOURCE follows the SOURCE contract `imxrt compile SOURCE` relies on.
 
 Contract: `model()` returns an nn.Module in eval mode, `example_inputs()` a tuple of tensors it runs on,
 and the optional `calibration_inputs()` an iterable of tuples shaped like the example inputs. All three
@@ -13,7 +13,8 @@ import torch
 from imxrt.source import import_file
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-SOURCES = sorted(p for p in EXAMPLES.glob("*.py") if not p.name.startswith("_"))
+PROGRAMS = {"qat_ddp.py"}  # scripts to run (torchrun), not SOURCEs; tests/test_qat.py runs them
+SOURCES = sorted(p for p in EXAMPLES.glob("*.py") if not p.name.startswith("_") and p.name not in PROGRAMS)
 
 # The bundled examples and the input each must take; other files in examples/ get the generic checks.
 INPUT_SHAPES = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import types
@@ -174,3 +175,17 @@ def test_two_ranks_under_ddp_compile_a_program_whose_input_range_covers_both_sha
     for rank in range(2):
         for x in qat_ranks.shard(rank, 3):
             assert partition_mismatches(result, (x.unsqueeze(0),)) == []
+
+
+def test_the_ddp_example_runs_under_torchrun_and_keeps_float_accuracy(tmp_path):
+    """The README's command, on the loopback interface: two gloo processes, one compile on rank 0."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "qat_ddp.py"
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          str(example), "--epochs", "1", "-o", str(tmp_path / "out")],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    float_score, int8_score = (float(v) for v in re.search(r"float ([\d.]+)%, int8 ([\d.]+)%", run.stdout).groups())
+    assert "QAT on 2 process(es)" in run.stdout and float_score > 95
+    assert abs(int8_score - float_score) <= 0.5
+    assert (tmp_path / "out" / "model.pte").is_file()

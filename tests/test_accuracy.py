@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import json
+import multiprocessing
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +18,7 @@ from oracles import run_tflm, tflite_io
 import imxrt.runtime
 from imxrt.accuracy import evaluate
 from imxrt.cli import main
-from imxrt.errors import BadInput, BadModel
+from imxrt.errors import BadFile, BadInput, BadModel, BadOption, BadSource, CompilerBug
 from imxrt.pipeline import CompileOptions, compile
 from imxrt.source import import_file, load_source
 
@@ -174,3 +177,140 @@ def test_a_layers_sqnr_compares_its_own_output_not_the_values_inside_it():
     data = [(inputs, 0) for inputs in samples]
     report = evaluate(model, imxrt.runtime.load(result.pte), data, samples[0], quantized=result.quantized)
     assert report.layer_sqnr_db["block"] > 25, report.layer_sqnr_db
+
+
+# -- evaluate(..., workers=N): the host runtime in worker processes, the report of one process
+
+
+def _first(count: int) -> list:
+    return list(digits().evaluation)[:count]
+
+
+def _no_workers_left() -> bool:
+    return multiprocessing.active_children() == []
+
+
+def test_workers_give_the_report_of_one_process():
+    """Scores, agreement and SQNR sums are summed in sample order, so equal means bit for bit. The data is a
+    generator, read a bounded window ahead; 40 samples are three chunks, the last one short."""
+    source, samples = digits(), _first(40)
+    program = imxrt.runtime.load(ptq().pte)
+    one = evaluate(source.model, program, iter(samples), source.example_inputs, quantized=ptq().quantized,
+                   show_progress=False)
+    two = evaluate(source.model, program, (sample for sample in samples), source.example_inputs,
+                   quantized=ptq().quantized, workers=2, show_progress=False)
+    assert two.as_dict() == one.as_dict()
+    assert two.samples == 40 and {"features.2", "classifier"} <= set(two.layer_sqnr_db)
+    assert _no_workers_left()
+
+
+def _bad_shape(samples: list, index: int) -> list:
+    samples = list(samples)
+    samples[index] = ((torch.zeros(1, 1, 4, 4),), samples[index][1])
+    return samples
+
+
+def _bad_label(samples: list, index: int) -> list:
+    samples = list(samples)
+    samples[index] = (samples[index][0], 10)
+    return samples
+
+
+@pytest.mark.parametrize("make_data, words", [
+    # sample 40 is read (chunks ahead) before sample 20 is evaluated; 20's own error still comes first
+    (lambda s: _bad_shape(_bad_label(s, 20), 40), "evaluation sample 20: label 10"),
+    # read ahead, raised once samples 0..39 are evaluated (an error reading the data takes the same path)
+    (lambda s: _bad_shape(s, 40), "evaluation sample 40: inputs of shape"),
+], ids=["label-before-shape", "shape"])
+def test_a_bad_sample_is_the_same_error_with_workers(make_data, words):
+    source = digits()
+    program = imxrt.runtime.load(ptq().pte)
+    with pytest.raises(BadInput) as alone:
+        evaluate(source.model, program, make_data(_first(48)), source.example_inputs, show_progress=False)
+    with pytest.raises(BadInput) as in_workers:
+        evaluate(source.model, program, make_data(_first(48)), source.example_inputs, workers=2,
+                 show_progress=False)
+    assert words in str(alone.value)
+    assert str(in_workers.value) == str(alone.value)
+    assert _no_workers_left()
+
+
+def test_workers_read_an_endless_generator_a_bounded_window_ahead():
+    """The data is read as the workers need it, not to its end: a label error at sample 20 of an endless
+    generator is raised having read a window of chunks ahead (2 workers x 3 chunks x 16 samples)."""
+    source, samples = digits(), _first(16)
+    produced = []
+
+    def endless():
+        for index in itertools.count():
+            produced.append(index)
+            inputs, label = samples[index % len(samples)]
+            yield inputs, 10 if index == 20 else label
+
+    with pytest.raises(BadInput, match="evaluation sample 20: label 10"):
+        evaluate(source.model, imxrt.runtime.load(ptq().pte), endless(), source.example_inputs, workers=2,
+                 show_progress=False)
+    assert 20 < len(produced) <= 20 + 2 * 3 * 16
+    assert _no_workers_left()
+
+
+def test_a_program_failing_in_a_worker_is_the_error_of_one_process():
+    """An int8-input program given the float samples: the runtime's BadInput, raised in a worker, comes back
+    as that error (pickled whole), and the workers end."""
+    source = digits()
+    int8_io = compile(source.model, source.example_inputs, "imxrt700", source.calibration,
+                      CompileOptions(show_progress=False, io="int8"))
+    program = imxrt.runtime.load(int8_io.pte)
+    with pytest.raises(BadInput) as alone:
+        evaluate(source.model, program, _first(4), source.example_inputs, show_progress=False)
+    with pytest.raises(BadInput) as in_workers:
+        evaluate(source.model, program, _first(4), source.example_inputs, workers=2, show_progress=False)
+    assert "it takes int8 data" in str(alone.value)
+    assert str(in_workers.value) == str(alone.value)
+    assert _no_workers_left()
+
+
+@pytest.mark.parametrize("workers", [0, -1, "2", 2.0, True, None])
+def test_workers_must_be_a_whole_number_from_one(workers):
+    source = digits()
+    with pytest.raises(BadOption, match=r"^workers: .* is not valid; use a whole number of processes, 1 or more$"):
+        evaluate(source.model, imxrt.runtime.load(ptq().pte), _first(2), source.example_inputs, workers=workers)
+    assert _no_workers_left()
+
+
+class _NotARuntimeProgram:
+    def __init__(self, program):
+        self.program = program
+
+    def forward(self, *inputs):
+        return self.program.forward(*inputs)
+
+
+def test_workers_need_a_loaded_program_and_one_process_takes_any():
+    """Workers load the program's .pte bytes; a wrapper with forward() has none, and runs in this process."""
+    source = digits()
+    program = _NotARuntimeProgram(imxrt.runtime.load(ptq().pte))
+    assert evaluate(source.model, program, _first(2), source.example_inputs, show_progress=False).samples == 2
+    with pytest.raises(BadOption, match="workers: 2 is not valid; use 1 for a program that imxrt.runtime.load did "
+                                        "not load \\(got _NotARuntimeProgram\\)"):
+        evaluate(source.model, program, _first(2), source.example_inputs, workers=2)
+    assert _no_workers_left()
+
+
+@pytest.mark.parametrize("show", [True, False])
+def test_the_progress_bar_counts_to_the_datas_length(show, capsys):
+    source = digits()
+    evaluate(source.model, imxrt.runtime.load(ptq().pte), _first(5), source.example_inputs, show_progress=show)
+    err = capsys.readouterr().err
+    assert ("evaluating:" in err and "0/5 [" in err) if show else err == "", repr(err)
+
+
+@pytest.mark.parametrize("error", [
+    BadOption("workers", 0, "1 or more"), BadFile("model.pte", "is truncated"), BadInput("sample 3: bad"),
+    BadModel("cannot export", node="conv"), BadSource("m.py", "defines no model()"),
+    CompilerBug("lower", ValueError("boom")),
+], ids=lambda e: type(e).__name__)
+def test_errors_pickle_whole_for_worker_processes(error):
+    """Their constructors take fields, not the message: the default pickle called them with the message alone."""
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error) and str(copy) == str(error) and vars(copy) == vars(error)

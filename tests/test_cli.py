@@ -166,3 +166,26 @@ def test_a_tensor_larger_than_the_target_sram_is_one_line_naming_its_node(tmp_pa
     err = capsys.readouterr().err.strip().splitlines()
     assert status == EXIT_USER_ERROR and not out.exists()
     assert err[-1].startswith("imxrt: error: model: node ") and "more than the 7,864,320 bytes of SRAM" in err[-1], err
+
+
+def test_workers_below_one_is_an_option_error_before_compiling(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["compile", str(_write(tmp_path, TINY)), "-o", str(out), "--workers", "0"]) == EXIT_USER_ERROR
+    assert capsys.readouterr().err.strip() == ("imxrt: error: --workers: 0 is not valid; use a positive number of "
+                                               "processes")
+    assert not out.exists()
+
+
+def test_the_accuracy_report_with_workers_is_the_one_of_one_process(tmp_path):
+    text = TINY + textwrap.dedent("""
+        def evaluation_data():
+            generator = torch.Generator().manual_seed(2)
+            return ((torch.randn(1, 3, 6, 6, generator=generator), i % 2) for i in range(24))
+        """)
+    source = _write(tmp_path, text)
+    accuracy = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"out{workers}"
+        assert main(["compile", str(source), "-o", str(out), "--quiet", "--workers", workers]) == 0
+        accuracy.append(json.loads((out / "report.json").read_text())["accuracy"])
+    assert accuracy[0]["samples"] == 24 and accuracy[1] == accuracy[0]

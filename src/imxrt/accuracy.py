@@ -3,19 +3,36 @@
 Top-1 (or a user metric) for both, how often their top-1 agree, the SQNR of each model output, and
 (best effort) the SQNR of each layer's int8 activation, from the fake-quantized program, so a user sees
 where precision is lost.
+
+With ``workers`` > 1 the host runtime runs in that many processes; the float model, the metric and the layer
+SQNR stay in this process and take the program's outputs in sample order, so every sum runs in the same
+order and the report is the one a single process gives.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import copy
+import functools
+import io
+import logging
 import math
-from collections.abc import Callable, Iterable, Sequence
+import multiprocessing
+import numbers
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 import numpy as np
+import threadpoolctl
 import torch
 from torch.export import ExportedProgram
+from tqdm import tqdm
 
-from imxrt.errors import BadInput, BadModel
+from imxrt.errors import BadInput, BadModel, BadOption, ImxrtError
 from imxrt.model_checks import called_exit, read_samples
 
 Metric = Callable[[torch.Tensor, object], float]  # (first model output, label) -> score of one sample
@@ -74,46 +91,286 @@ def top1(output: torch.Tensor, label) -> float:
 
 def evaluate(model: torch.nn.Module, program, data: Iterable[tuple[Sequence[torch.Tensor], object]],
              example_inputs: Sequence[torch.Tensor], metric: Metric | None = None,
-             quantized: ExportedProgram | None = None) -> AccuracyReport:
+             quantized: ExportedProgram | None = None, workers: int = 1, show_progress: bool = True) -> AccuracyReport:
     """Run ``model`` (float) and ``program`` (an ``imxrt.runtime`` program) on every ``(inputs, label)`` of
     ``data``; with ``quantized`` (``CompileResult.quantized``), also each layer's SQNR.
 
     Inputs must have the example inputs' shapes; for top-1, a label is a class index below the model's
-    output size."""
+    output size. This process evaluates on one torch and one BLAS thread. ``workers`` > 1 runs ``program``
+    (then an ``imxrt.runtime.Program``) in that many processes, each loading its ``.pte`` once; the report is
+    the same as with one. A worker takes seconds to start (importing torch and ExecuTorch): worth it when the
+    evaluation takes a minute or more."""
+    workers = _checked_workers(workers, program)
     model = model.eval()
     shapes = [tuple(x.shape) for x in example_inputs]
     layers = _LayerSqnr(model, quantized) if quantized is not None else None
     float_total = int8_total = agree = 0.0
     outputs_sqnr: list[_Sqnr] = []
     count = 0
-    for index, sample in read_samples(data, "evaluation"):
-        inputs, label = _checked_sample(index, sample, shapes)
-        with torch.no_grad():
-            try:
-                reference = _as_list(model(*inputs))
-            except SystemExit as e:  # not an Exception: it would end imxrt silently, with the user's status
-                raise BadModel(f"model(...) {called_exit(e)} while evaluating on evaluation sample {index}; "
-                               "forward() must return its outputs, not exit the process") from None
-        actual = [torch.as_tensor(np.asarray(a)).to(torch.float32) for a in program.forward(*inputs)]
-        if metric is None:
-            _check_label(index, label, reference[0])
-        score = metric or top1
-        float_total += score(reference[0], label)
-        int8_total += score(actual[0], label)
-        agree += float(int(reference[0].reshape(-1).argmax()) == int(actual[0].reshape(-1).argmax()))
-        if not outputs_sqnr:
-            outputs_sqnr = [_Sqnr() for _ in reference]
-        for sqnr, ref, act in zip(outputs_sqnr, reference, actual, strict=True):
-            sqnr.add(ref, act.reshape(ref.shape))
-        if layers is not None:
-            layers.add(inputs)
-        count += 1
+    samples = _checked_samples(data, shapes)
+    runs = _run_here(program, layers, samples) if workers == 1 else _run_in_workers(program, layers, samples,
+                                                                                     workers)
+    with contextlib.closing(runs), _one_thread():  # closing: on any error the worker processes end too
+        for index, inputs, label, run_program in tqdm(runs, total=_length(data), desc="evaluating", unit="sample",
+                                                      disable=not show_progress, leave=False):
+            with torch.no_grad():
+                try:
+                    output, floats, folded = layers.float_forward(inputs) if layers else (model(*inputs), {}, set())
+                except SystemExit as e:  # not an Exception: it would end imxrt silently, with the user's status
+                    raise BadModel(f"model(...) {called_exit(e)} while evaluating on evaluation sample {index}; "
+                                   "forward() must return its outputs, not exit the process") from None
+            reference = _as_list(output)
+            outputs, rounded = run_program()
+            actual = [torch.as_tensor(np.asarray(a)).to(torch.float32) for a in outputs]
+            if metric is None:
+                _check_label(index, label, reference[0])
+            score = metric or top1
+            float_total += score(reference[0], label)
+            int8_total += score(actual[0], label)
+            agree += float(int(reference[0].reshape(-1).argmax()) == int(actual[0].reshape(-1).argmax()))
+            if not outputs_sqnr:
+                outputs_sqnr = [_Sqnr() for _ in reference]
+            for sqnr, ref, act in zip(outputs_sqnr, reference, actual, strict=True):
+                sqnr.add(ref, act.reshape(ref.shape))
+            if layers is not None:
+                layers.add(floats, folded, rounded)
+            count += 1
     if count == 0:
         raise BadInput("the evaluation data is empty; give at least one (inputs, label) pair")
     return AccuracyReport(samples=count, metric=getattr(metric, "__name__", "metric") if metric else "top-1",
                           float_score=float_total / count, int8_score=int8_total / count, agreement=agree / count,
                           output_sqnr_db=[s.db for s in outputs_sqnr],
                           layer_sqnr_db=layers.result() if layers is not None else {})
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """torch and BLAS on one thread in this process while it evaluates, as in the workers. Batch-1 inference
+    is per-op overhead: a second thread only waits for a busy core. On two cores torch's two threads beside
+    the host runtime's two BLAS threads made one process 2-4x slower, and beside two workers the workers
+    gained nothing. One thread also makes the float figures the same on every machine and with any number
+    of workers (a float sum's rounding depends on the thread count)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpoolctl.threadpool_limits(1, user_api="blas"):
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _checked_workers(workers, program) -> int:
+    if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1:
+        raise BadOption("workers", workers, "a whole number of processes, 1 or more")
+    if workers > 1:
+        from imxrt.runtime import Program
+
+        if not isinstance(program, Program) or not program.file.data:
+            raise BadOption("workers", workers, f"1 for a program that imxrt.runtime.load did not load (got "
+                                                f"{type(program).__name__}): the worker processes load its .pte bytes")
+    return int(workers)
+
+
+def _length(data) -> int | None:
+    """How many samples ``data`` holds, for the progress bar, when it says."""
+    if not isinstance(data, Sized):
+        return None
+    try:
+        return len(data)
+    except TypeError:  # a torch DataLoader over an IterableDataset has __len__ but no length
+        return None
+
+
+Sample = tuple[int, tuple[torch.Tensor, ...], object]  # index, inputs, label
+
+
+def _checked_samples(data: Iterable, shapes: list[tuple[int, ...]]) -> Iterator[Sample]:
+    for index, sample in read_samples(data, "evaluation"):
+        yield index, *_checked_sample(index, sample, shapes)
+
+
+Run = Callable[[], tuple[list[np.ndarray], dict[str, torch.Tensor] | None]]  # the program's outputs, layers'
+
+
+def _run_here(program, layers: _LayerSqnr | None, samples: Iterator[Sample]) -> Iterator[tuple[int, tuple, object,
+                                                                                              Run]]:
+    """Each sample with a call that runs ``program`` on it in this process (and the fake-quantized program,
+    for the layers' int8 values)."""
+    def run(inputs):
+        return program.forward(*inputs), layers.capture(inputs) if layers is not None else None
+
+    for index, inputs, label in samples:
+        yield index, inputs, label, functools.partial(run, inputs)
+
+
+# A worker runs a chunk of samples per task: one queue round trip per chunk, not per sample. Chunks in flight
+# per worker: enough that a worker never waits for this process, few enough that a generator of samples is
+# read only a bounded window ahead.
+_CHUNK = 16
+_CHUNKS_IN_FLIGHT = 3
+
+
+def _run_in_workers(program, layers: _LayerSqnr | None, samples: Iterator[Sample],
+                    workers: int) -> Iterator[tuple[int, tuple, object, Run]]:
+    """Each sample with a call that returns the outputs a worker process computed for it, in sample order
+    (with ``layers``, the worker also runs the fake-quantized program, the per-sample cost that otherwise
+    stayed in this process).
+
+    Reading ``data`` runs ahead of the evaluation; an error reading or checking a sample is raised when the
+    evaluation reaches that sample, after the samples before it (whose own errors come first, as in one
+    process). The workers are shut down when this generator is closed or fails."""
+    executor = ProcessPoolExecutor(
+        workers, mp_context=multiprocessing.get_context("spawn"),  # forking a process that runs torch is unsafe
+        initializer=_start_worker, initargs=(program.file.data, program.name, program.check_plan, _LogSettings.here(),
+                                             layers.saved() if layers is not None else None))
+    pending: collections.deque = collections.deque()  # (chunk of samples, future of its results), in order
+    ended, failure = False, None
+    try:
+        while True:
+            while not ended and len(pending) < workers * _CHUNKS_IN_FLIGHT:
+                chunk, ended, failure = _next_chunk(samples)
+                if chunk:
+                    inputs = [tuple(x.detach().numpy() for x in sample[1]) for sample in chunk]
+                    pending.append((chunk, executor.submit(_run_chunk, inputs)))
+            if not pending:
+                break
+            chunk, future = pending.popleft()
+            results = future.result()
+            for (index, inputs, label), ran in zip(chunk[:len(results)], results, strict=True):
+                yield index, inputs, label, functools.partial(_replay, ran, layers)
+        if failure is not None:
+            raise failure
+    except BrokenProcessPool as e:  # from a result or a submit, whichever comes first
+        raise ImxrtError(f"an evaluation worker process ended abruptly ({e}): out of memory, killed, or a script "
+                         "that calls evaluate(workers=...) outside `if __name__ == \"__main__\":`; use fewer "
+                         "workers, or guard the script") from e
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _next_chunk(samples: Iterator[Sample]) -> tuple[list[Sample], bool, Exception | None]:
+    """Up to ``_CHUNK`` samples; whether the data ended; the error that ended it, if one did."""
+    chunk: list[Sample] = []
+    try:
+        for sample in samples:
+            chunk.append(sample)
+            if len(chunk) == _CHUNK:
+                return chunk, False, None
+    except Exception as e:  # raised by the evaluation once it reaches this sample
+        return chunk, True, e
+    return chunk, True, None
+
+
+@dataclass
+class _Ran:
+    """What running the program on one sample in a worker gave: its outputs or the error, and its log records."""
+
+    outputs: list[np.ndarray] | None
+    error: ImxrtError | None
+    records: list[logging.LogRecord]
+    layers: list[np.ndarray] | None = None  # the int8 tensor of each layer output ``_Capture`` takes
+
+
+def _replay(ran: _Ran, layers: _LayerSqnr | None) -> tuple[list[np.ndarray], dict[str, torch.Tensor] | None]:
+    """The worker's outputs, its warnings (NaN inputs, ...) logged here as one process would, or its error."""
+    for record in ran.records:
+        logger = logging.getLogger(record.name)
+        if logger.isEnabledFor(record.levelno):
+            logger.handle(record)
+    if ran.error is not None:
+        raise ran.error
+    return ran.outputs, layers.capture_program.dequantize(ran.layers) if layers is not None else None
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        record.msg, record.args = record.getMessage(), None  # the arguments need not pickle
+        record.exc_info = record.exc_text = None
+        self.records.append(record)
+
+
+@dataclass(frozen=True)
+class _LogSettings:
+    """This process's logger levels and warning filters, for the workers: the third-party noise it silences
+    (torchao, ExecuTorch, deprecations) stays silent there too."""
+
+    levels: dict[str, int]
+    warning_filters: list
+
+    @staticmethod
+    def here() -> _LogSettings:
+        loggers = logging.Logger.manager.loggerDict.items()
+        levels = {name: logger.level for name, logger in loggers if isinstance(logger, logging.Logger) and logger.level}
+        return _LogSettings({"": logging.getLogger().level, **levels}, list(warnings.filters))
+
+    def apply(self) -> None:
+        for name, level in self.levels.items():
+            logging.getLogger(name or None).setLevel(level)
+        warnings.resetwarnings()
+        for action, message, category, module, lineno in reversed(self.warning_filters):
+            warnings.filterwarnings(action, _pattern(message), category, _pattern(module), lineno)
+
+
+def _pattern(text) -> str:
+    """A warning filter's message or module: a compiled pattern, a string, or None for any."""
+    return getattr(text, "pattern", text) or ""
+
+
+@dataclass
+class _Worker:
+    pte: bytes
+    name: str
+    check_plan: bool
+    log: _Records
+    layers: tuple[bytes, frozenset[str]] | None  # the fake-quantized program (torch.export.save) and its nodes
+    program: object = None  # imxrt.runtime.Program, loaded by the first chunk: its errors come back with it
+    quantized: _Capture | None = None
+
+
+_worker: _Worker | None = None  # a worker process's program: a pool initializer has no other place to keep it
+
+
+def _start_worker(pte: bytes, name: str, check_plan: bool, settings: _LogSettings,
+                  layers: tuple[bytes, frozenset[str]] | None) -> None:
+    global _worker
+    settings.apply()  # before importing the runtime, whose imports log
+    log = _Records()  # what a run logs here is logged again in the evaluating process
+    logging.getLogger().addHandler(log)
+    # One thread of each, as the evaluating process (_one_thread): two workers with OpenBLAS's two threads
+    # each ran 15x slower on two cores.
+    torch.set_num_threads(1)
+    threadpoolctl.threadpool_limits(1, user_api="blas")
+    _worker = _Worker(pte, name, check_plan, log, layers)
+
+
+def _run_chunk(chunk: list[tuple[np.ndarray, ...]]) -> list[_Ran]:
+    """Run the worker's program on each sample of ``chunk``, up to the first that fails."""
+    if _worker.program is None:
+        from imxrt.runtime import load
+
+        _worker.program = load(_worker.pte, check_plan=_worker.check_plan, name=_worker.name)
+        if _worker.layers is not None:
+            _worker.quantized = _LayerSqnr.load(_worker.layers)
+        _worker.log.records = []  # the imports' and the load's: the evaluating process has logged them once
+    results = []
+    for inputs in chunk:
+        try:
+            outputs, error = _worker.program.forward(*inputs), None
+        except ImxrtError as e:
+            outputs, error = None, e
+        layers = None
+        if error is None and _worker.quantized is not None:
+            tensors = [torch.from_numpy(x) for x in inputs]
+            layers = _worker.quantized.int8(tensors)
+        results.append(_Ran(outputs, error, _worker.log.records, layers))
+        _worker.log.records = []
+        if error is not None:
+            break
+    return results
 
 
 def _as_list(output) -> list[torch.Tensor]:
@@ -166,6 +423,7 @@ class _LayerSqnr:
 
     def __init__(self, model: torch.nn.Module, quantized: ExportedProgram):
         self.model = model
+        self.quantized = quantized
         self.graph_module = quantized.module(check_guards=False)
         self.producers: dict[str, str] = {}  # quantize node name -> module path whose output it rounds
         for node in self.graph_module.graph.nodes:
@@ -174,15 +432,21 @@ class _LayerSqnr:
                 paths = _module_paths(node.args[0]) if isinstance(node.args[0], torch.fx.Node) else []
                 if paths and _leaves_module(node, paths[-1]):
                     self.producers[node.name] = paths[-1]
+        self.paths = set(self.producers.values())
+        self.capture_program = _Capture(self.graph_module, self.producers)
         self.sqnr: dict[str, _Sqnr] = {}
 
-    def add(self, inputs: tuple[torch.Tensor, ...]) -> None:
+    def float_forward(self, inputs: tuple[torch.Tensor, ...]) -> tuple[object, dict[str, torch.Tensor], set[str]]:
+        """The float model's output, each module's output by path, and the modules a folded batch norm
+        rewrites: one forward, with hooks."""
         floats: dict[str, torch.Tensor] = {}
         folded: set[str] = set()
         by_id: dict[int, str] = {}
         handles = []
         for name, module in self.model.named_modules():
-            if not name:
+            # Only the modules compared and the batch norms that may rewrite them: a hook takes a module off
+            # torch's fast call path, and hooks on all of them made this forward 5x the model's own.
+            if not name or (name not in self.paths and not isinstance(module, torch.nn.modules.batchnorm._BatchNorm)):
                 continue
 
             def hook(module, args, output, name=name):
@@ -194,11 +458,33 @@ class _LayerSqnr:
             handles.append(module.register_forward_hook(hook))
         try:
             with torch.no_grad():
-                self.model(*inputs)
+                output = self.model(*inputs)
         finally:
             for handle in handles:
                 handle.remove()
-        rounded = _run_capturing(self.graph_module, inputs, set(self.producers))
+        return output, floats, folded
+
+    def capture(self, inputs: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
+        """The value each layer's int8 output stands for, from the fake-quantized program."""
+        return self.capture_program.dequantize(self.capture_program.int8(inputs))
+
+    def saved(self) -> tuple[bytes, frozenset[str]]:
+        """The fake-quantized program as ``torch.export.save`` writes it, and the nodes to capture: what a
+        worker process needs to ``capture`` (the names survive the round trip)."""
+        buffer = io.BytesIO()
+        torch.export.save(self.quantized, buffer)
+        return buffer.getvalue(), frozenset(self.producers)
+
+    @staticmethod
+    def load(saved: tuple[bytes, frozenset[str]]) -> _Capture:
+        """``capture`` in a worker process, from what ``saved`` gave."""
+        import torchao.quantization.pt2e  # noqa: F401  (registers the quantized_decomposed ops it calls)
+
+        program, names = saved
+        return _Capture(torch.export.load(io.BytesIO(program)).module(check_guards=False), names)
+
+    def add(self, floats: dict[str, torch.Tensor], folded: set[str],
+            rounded: dict[str, torch.Tensor]) -> None:
         for node_name, value in rounded.items():
             path = self.producers[node_name]
             reference = floats.get(path)
@@ -210,18 +496,25 @@ class _LayerSqnr:
         return {path: sqnr.db for path, sqnr in self.sqnr.items()}
 
 
-def _run_capturing(graph_module: torch.fx.GraphModule, inputs, names: set[str]) -> dict[str, torch.Tensor]:
-    """The dequantized value of each quantize node in ``names``: what the int8 tensor stands for."""
-    captured: dict[str, torch.Tensor] = {}
+class _Capture:
+    """The fake-quantized program cut to return the int8 value of each quantize node in ``names``, dequantized:
+    what each layer's int8 tensor stands for. A graph call (no pytree wrapping), not an ``fx.Interpreter``,
+    whose per-node Python made it twice as slow."""
 
-    class Capture(torch.fx.Interpreter):
-        def run_node(self, node):
-            value = super().run_node(node)
-            if node.name in names:
-                scale, zero_point = node.args[1], node.args[2]
-                captured[node.name] = (value.to(torch.float32) - zero_point) * scale
-            return value
+    def __init__(self, graph_module: torch.fx.GraphModule, names: Iterable[str]):
+        graph = copy.deepcopy(graph_module.graph)
+        graph._codegen = torch.fx.graph.CodeGen()  # flat inputs and outputs
+        captured = [node for node in graph.nodes if node.name in set(names)]
+        graph.output_node().args = (tuple(captured),)
+        graph.eliminate_dead_code()
+        self.module = torch.fx.GraphModule(graph_module, graph)
+        self.qparams = [(node.name, node.args[1], node.args[2]) for node in captured]
 
-    with torch.no_grad():
-        Capture(graph_module).run(*inputs)
-    return captured
+    def int8(self, inputs) -> list[np.ndarray]:
+        """Each captured node's int8 tensor: what a worker sends back, a quarter of the float values' bytes."""
+        with torch.no_grad():
+            return [value.numpy() for value in self.module(*inputs)]
+
+    def dequantize(self, values: list[np.ndarray]) -> dict[str, torch.Tensor]:
+        return {name: (torch.from_numpy(value).to(torch.float32) - zero_point) * scale
+                for (name, scale, zero_point), value in zip(self.qparams, values, strict=True)}

@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     compile_.add_argument("--bundle", type=int, default=None, metavar="N",
                           help="also write model.bpte: ExecuTorch's BundledProgram with N test inputs (calibration "
                                "samples, else random over each input's range) and the outputs the board must give")
+    compile_.add_argument("--workers", type=int, default=1, metavar="N",
+                          help="accuracy report (a source with evaluation_data()): run the program in N processes "
+                               "(default: 1; each takes seconds to start, so more pay off over long evaluations)")
     compile_.add_argument("--quiet", action="store_true", help="no progress bar or summary")
 
     run = commands.add_parser("run", help="run a compiled .pte on this computer, bit-exactly (a .bpte: run its "
@@ -174,6 +177,8 @@ def _compile(args: argparse.Namespace) -> int:
         raise BadOption("--calibration-samples", args.calibration_samples, "a positive number")
     if args.bundle is not None and args.bundle < 1:
         raise BadOption("--bundle", args.bundle, "a positive number of test inputs")
+    if args.workers < 1:
+        raise BadOption("--workers", args.workers, "a positive number of processes")
     check_writable(args.output)  # a folder we must not or cannot write fails before minutes of compiling
     source = load_source(args.source)
     options = CompileOptions(
@@ -206,7 +211,7 @@ def _compile(args: argparse.Namespace) -> int:
         from imxrt.runtime import load
 
         report = evaluate(source.model, load(result.pte), source.evaluation, source.example_inputs,
-                          quantized=result.quantized)
+                          quantized=result.quantized, workers=args.workers, show_progress=not args.quiet)
         result.report["accuracy"] = report.as_dict()
         accuracy = report.lines()
     bundled = None

@@ -12,6 +12,18 @@ from collections.abc import Iterable
 class ImxrtError(Exception):
     """Base of every error a user can cause. ``str(e)`` is the one line the CLI prints."""
 
+    def __reduce__(self):
+        # The constructors take structured fields, not the message that ``args`` holds: pickle rebuilds the
+        # error from its message and fields, so one raised in a worker process arrives whole.
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+def _rebuild(kind: type[ImxrtError], args: tuple, fields: dict) -> ImxrtError:
+    error = kind.__new__(kind, *args)
+    error.args = args
+    error.__dict__.update(fields)
+    return error
+
 
 class BadOption(ImxrtError):
     """An option (CLI flag or keyword argument) has a value we cannot use."""

@@ -26,6 +26,7 @@ class Program:
 
     def __init__(self, program: ProgramFile, check_plan: bool = False) -> None:
         self.file = program
+        self.check_plan = check_plan
         self._interpreter = Interpreter(program, check_plan=check_plan)
 
     @property

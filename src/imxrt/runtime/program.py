@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +56,7 @@ class ProgramFile:
     # What the host runtime takes for it: reading the file, planned buffers, unplanned tensors, constant
     # copies and delegate payloads (each parsed once per delegate); at most HOST_MEMORY_CAP.
     required_bytes: int = 0
+    data: bytes = field(default=b"", repr=False)  # the file's bytes, as read: another process loads them again
 
 
 def tensor_nbytes(tensor: schema.Tensor) -> int:
@@ -116,7 +117,7 @@ def read_program(source: bytes | bytearray | memoryview | str | os.PathLike, nam
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
         raise BadFile(name, f"is corrupted ({type(e).__name__}: {e}); {_FIX}") from e
     _check_cap(name, required, "to load and run")
-    return dataclasses.replace(checked, required_bytes=required)
+    return dataclasses.replace(checked, required_bytes=required, data=data)
 
 
 def _check_cap(name: str, nbytes: int, what: str) -> None:

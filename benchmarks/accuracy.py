@@ -122,12 +122,12 @@ def cnn_task(target: str, qat_epochs: int) -> None:
         start = time.perf_counter()
         result = imxrt.compile(digits.model() if "QAT" in name else model, inputs, target,
                                options=options, **compile_kwargs)
-        report = evaluate(model, load(result.pte), data, inputs)
+        report = evaluate(model, load(result.pte), data, inputs, show_progress=False)
         rows.append((name, report, time.perf_counter() - start, _placement(result)))
     for name, train in (("XNNPACK PTQ", None), ("XNNPACK QAT", fine_tune(qat_epochs))):
         start = time.perf_counter()
         converted = xnnpack(digits.model(), inputs, calibration, train)
-        report = evaluate(model, _Fake(converted), data, inputs)
+        report = evaluate(model, _Fake(converted), data, inputs, show_progress=False)
         rows.append((name, report, time.perf_counter() - start, _xnnpack_placement(converted)))
     _print_table(f"cnn: digits held-out split, {rows[0][1].samples} images, target {target}, "
                  f"QAT {qat_epochs} epoch(s)", rows[0][1].float_score, rows)
@@ -209,14 +209,14 @@ def sequence_task(target: str) -> None:
         start = time.perf_counter()
         try:
             result = imxrt.compile(model, inputs, target, calibration=calibration, options=options)
-            report = evaluate(model, load(result.pte), data, inputs)
+            report = evaluate(model, load(result.pte), data, inputs, show_progress=False)
             rows.append((f"{name} imxrt PTQ", report, time.perf_counter() - start, _placement(result)))
         except Exception as exc:  # a model the compiler refuses is a line in the table, not the end of the run
             print(f"{name} imxrt PTQ failed after {time.perf_counter() - start:.1f} s: "
                   f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
         start = time.perf_counter()
         converted = xnnpack(copy.deepcopy(model), inputs, calibration)
-        report = evaluate(model, _Fake(converted), data, inputs)
+        report = evaluate(model, _Fake(converted), data, inputs, show_progress=False)
         rows.append((f"{name} XNNPACK PTQ", report, time.perf_counter() - start, _xnnpack_placement(converted)))
         _print_table(f"sequence: {name} on digits rows ({ROWS} steps x {PIXELS} pixels), {report.samples} "
                      f"held-out images, target {target}", report.float_score, rows)

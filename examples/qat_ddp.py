@@ -72,7 +72,8 @@ def main() -> None:
         result = imxrt.compile_qat(trained, example_inputs, target=args.target)
         if args.output:
             result.save(args.output)
-        report = imxrt.evaluate(model, load(result.pte), digits.evaluation_data(), example_inputs)
+        report = imxrt.evaluate(model, load(result.pte), digits.evaluation_data(), example_inputs,
+                                show_progress=False)
         print(f"QAT on {world} process(es), {args.epochs} epoch(s) in {seconds:.1f} s; "
               f"{result.report['summary']['partitions']} NPU partition(s)")
         print(f"top-1 on {report.samples} held-out images: float {report.float_score:.2%}, "

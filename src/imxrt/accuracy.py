@@ -27,7 +27,6 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 import numpy as np
-import threadpoolctl
 import torch
 from torch.export import ExportedProgram
 from tqdm import tqdm
@@ -150,12 +149,15 @@ def _one_thread():
     the host runtime's two BLAS threads made one process 2-4x slower, and beside two workers the workers
     gained nothing. One thread also makes the float figures the same on every machine and with any number
     of workers (a float sum's rounding depends on the thread count)."""
-    threads = torch.get_num_threads()
+    from imxrt.runtime.litert import single_threaded_blas  # the runtime's own limit, around its subgraphs
+
+    threads, blas = torch.get_num_threads(), single_threaded_blas()
     torch.set_num_threads(1)
+    saved = blas.enter()
     try:
-        with threadpoolctl.threadpool_limits(1, user_api="blas"):
-            yield
+        yield
     finally:
+        blas.leave(saved)
         torch.set_num_threads(threads)
 
 
@@ -343,7 +345,9 @@ def _start_worker(pte: bytes, name: str, check_plan: bool, settings: _LogSetting
     # One thread of each, as the evaluating process (_one_thread): two workers with OpenBLAS's two threads
     # each ran 15x slower on two cores.
     torch.set_num_threads(1)
-    threadpoolctl.threadpool_limits(1, user_api="blas")
+    from imxrt.runtime.litert import single_threaded_blas
+
+    single_threaded_blas().enter()  # for the worker's life
     _worker = _Worker(pte, name, check_plan, log, layers)
 
 
@@ -424,16 +428,16 @@ class _LayerSqnr:
     def __init__(self, model: torch.nn.Module, quantized: ExportedProgram):
         self.model = model
         self.quantized = quantized
-        self.graph_module = quantized.module(check_guards=False)
+        graph_module = quantized.module(check_guards=False)
         self.producers: dict[str, str] = {}  # quantize node name -> module path whose output it rounds
-        for node in self.graph_module.graph.nodes:
+        for node in graph_module.graph.nodes:
             if node.op == "call_function" and "quantize_per_tensor" in str(node.target) and \
                     "dequantize" not in str(node.target):
                 paths = _module_paths(node.args[0]) if isinstance(node.args[0], torch.fx.Node) else []
                 if paths and _leaves_module(node, paths[-1]):
                     self.producers[node.name] = paths[-1]
         self.paths = set(self.producers.values())
-        self.capture_program = _Capture(self.graph_module, self.producers)
+        self.capture_program = _Capture(graph_module, self.producers)
         self.sqnr: dict[str, _Sqnr] = {}
 
     def float_forward(self, inputs: tuple[torch.Tensor, ...]) -> tuple[object, dict[str, torch.Tensor], set[str]]:
@@ -497,8 +501,8 @@ class _LayerSqnr:
 
 
 class _Capture:
-    """The fake-quantized program cut to return the int8 value of each quantize node in ``names``, dequantized:
-    what each layer's int8 tensor stands for. A graph call (no pytree wrapping), not an ``fx.Interpreter``,
+    """The fake-quantized program cut to return the int8 tensor of each quantize node in ``names`` (``int8``);
+    ``dequantize`` gives what each stands for. A graph call (no pytree wrapping), not an ``fx.Interpreter``,
     whose per-node Python made it twice as slow."""
 
     def __init__(self, graph_module: torch.fx.GraphModule, names: Iterable[str]):

@@ -110,10 +110,8 @@ def test_every_tensor_the_graph_reads_moves_with_to():
 
     prepared = imxrt.prepare_qat(WithConstant(), (torch.zeros(1, 8),))
     registered = {id(t) for t in prepared.parameters()} | {id(t) for t in prepared.buffers()}
-    read = [prepared.get_submodule(node.target.rpartition(".")[0]).get_parameter(node.target.rpartition(".")[2])
-            if node.target in dict(prepared.named_parameters())
-            else getattr(prepared.get_submodule(node.target.rpartition(".")[0]), node.target.rpartition(".")[2])
-            for node in prepared.graph.nodes if node.op == "get_attr"]
+    read = [getattr(prepared.get_submodule(owner), name) for owner, _, name in
+            (node.target.rpartition(".") for node in prepared.graph.nodes if node.op == "get_attr")]
     tensors = [t for t in read if isinstance(t, torch.Tensor)]
     assert any(torch.equal(t, torch.arange(8.0)) for t in tensors)
     assert all(id(t) in registered for t in tensors)

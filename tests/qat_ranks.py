@@ -19,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import imxrt
 from imxrt.pipeline import CompileOptions
+from imxrt.quantization.observers import QatMovingAverageMinMaxObserver
 
 SHAPE = (1, 2, 6, 6)
 STEPS, BATCH = 4, 16
@@ -38,6 +39,12 @@ def shard(rank: int, count: int) -> torch.Tensor:
     return values
 
 
+def statistics(prepared: nn.Module) -> dict[str, list[float]]:
+    """Each QAT activation observer's [min, max], by module name."""
+    return {name: [float(m.min_val), float(m.max_val)] for name, m in prepared.named_modules()
+            if isinstance(m, QatMovingAverageMinMaxObserver)}
+
+
 def main(rank: int, world_size: int, rendezvous: str, output: Path) -> None:
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world_size)
     try:
@@ -49,9 +56,7 @@ def main(rank: int, world_size: int, rendezvous: str, output: Path) -> None:
             optimizer.zero_grad()
             trained(batch).square().mean().backward()
             optimizer.step()
-        statistics = {name: [float(m.min_val), float(m.max_val)] for name, m in prepared.named_modules()
-                      if type(m).__name__ == "QatMovingAverageMinMaxObserver"}
-        (output / f"rank{rank}.json").write_text(json.dumps(statistics))
+        (output / f"rank{rank}.json").write_text(json.dumps(statistics(prepared)))
         if rank == 0:
             result = imxrt.compile_qat(trained, (torch.zeros(SHAPE),), "imxrt700", CompileOptions(show_progress=False))
             result.save(output / "program")

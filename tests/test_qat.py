@@ -18,6 +18,7 @@ from program_checks import partition_mismatches
 import imxrt
 from imxrt.errors import BadModel, BadOption
 from imxrt.pipeline import CompileOptions
+from imxrt.quantization.observers import QatMovingAverageMinMaxObserver
 
 OPTIONS = CompileOptions(show_progress=False)
 SHAPE = qat_ranks.SHAPE
@@ -72,7 +73,7 @@ def test_a_checkpoint_taken_mid_training_compiles_and_training_goes_on_after_com
     assert imxrt.compile_qat(restored, example(), options=OPTIONS).pte == compiled.pte
 
     # compile_qat converted a copy: the module still fake-quantizes, trains and moves its statistics
-    observer = next(m for m in prepared.modules() if type(m).__name__ == "QatMovingAverageMinMaxObserver")
+    observer = next(m for m in prepared.modules() if isinstance(m, QatMovingAverageMinMaxObserver))
     low = float(observer.min_val)
     train(prepared, steps=2, seed=5)
     assert float(observer.min_val) != low
@@ -82,13 +83,11 @@ def test_a_checkpoint_taken_mid_training_compiles_and_training_goes_on_after_com
 def test_the_statistics_move_in_training_mode_only():
     prepared = imxrt.prepare_qat(qat_ranks.model(), example())
     train(prepared, steps=1)
-    observers = {name: (float(m.min_val), float(m.max_val)) for name, m in prepared.named_modules()
-                 if type(m).__name__ == "QatMovingAverageMinMaxObserver"}
+    observers = qat_ranks.statistics(prepared)
     prepared.eval()
     with torch.no_grad():
         prepared(torch.full(SHAPE, 100.0))
-    assert observers == {name: (float(m.min_val), float(m.max_val)) for name, m in prepared.named_modules()
-                         if type(m).__name__ == "QatMovingAverageMinMaxObserver"}
+    assert qat_ranks.statistics(prepared) == observers
     prepared.train()
     with torch.no_grad():
         prepared(torch.full(SHAPE, 100.0))

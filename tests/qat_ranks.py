@@ -1,15 +1,19 @@
-"""One rank of the distributed QAT test (tests/test_qat.py launches two, as torchrun would).
+"""One rank of the distributed QAT test (tests/test_qat.py launches two with torchrun).
 
 Each rank trains the same prepared module wrapped in DDP (gloo, loopback only, DDP's defaults: its
 ``broadcast_buffers`` stays on) on its own shard: rank r's inputs lie in [-1, 1] on rank 0 and [-4, 4] on
 rank 1. Every rank writes its observers' statistics; rank 0 then compiles the program into the output
 folder, as a user would.
 
-    python tests/qat_ranks.py RANK WORLD_SIZE RENDEZVOUS_FILE OUTPUT_FOLDER
+    torchrun --standalone --nproc_per_node 2 tests/qat_ranks.py OUTPUT_FOLDER
+
+A rank that fails makes torchrun stop the other; a rank left waiting on a collective fails after
+COLLECTIVE_TIMEOUT (which covers rank 0's compile) instead of hanging.
 """
 
 import json
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -24,6 +28,7 @@ from imxrt.quantization.observers import QatMovingAverageMinMaxObserver
 SHAPE = (1, 2, 6, 6)
 STEPS, BATCH = 4, 16
 RANGES = (1.0, 4.0)  # rank r's inputs lie in [-RANGES[r], RANGES[r]]
+COLLECTIVE_TIMEOUT = timedelta(minutes=5)
 
 
 def model() -> nn.Module:
@@ -45,8 +50,9 @@ def statistics(prepared: nn.Module) -> dict[str, list[float]]:
             if isinstance(m, QatMovingAverageMinMaxObserver)}
 
 
-def main(rank: int, world_size: int, rendezvous: str, output: Path) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world_size)
+def main(output: Path) -> None:
+    dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
+    rank = dist.get_rank()
     try:
         prepared = imxrt.prepare_qat(model(), (torch.zeros(SHAPE),), target="imxrt700")
         trained = DistributedDataParallel(prepared)
@@ -66,4 +72,4 @@ def main(rank: int, world_size: int, rendezvous: str, output: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], Path(sys.argv[4]))
+    main(Path(sys.argv[1]))

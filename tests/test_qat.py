@@ -144,20 +144,19 @@ def test_a_module_not_prepared_by_prepare_qat_for_this_target_and_shape_is_refus
         imxrt.compile_qat(prepared, example(), options=OPTIONS)
 
 
-def test_two_ranks_under_ddp_compile_a_program_whose_input_range_covers_both_shards(tmp_path):
-    """torchrun's layout by hand: two gloo processes on the loopback interface; rank 0's inputs lie in
-    [-1, 1], rank 1's in [-4, 4]. DDP keeps its default ``broadcast_buffers=True``."""
-    worker = Path(qat_ranks.__file__)
+def torchrun(script: Path, *arguments: str) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc_per_node 2`` on the loopback interface; a rank that fails stops the
+    other, and every rank's output comes back."""
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    ranks = [subprocess.Popen([sys.executable, str(worker), str(rank), "2", str(tmp_path / "rendezvous"),
-                               str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for rank in range(2)]
-    try:
-        logs = [rank.communicate(timeout=600)[0] for rank in ranks]
-    finally:
-        for rank in ranks:
-            rank.kill()
-    assert [rank.returncode for rank in ranks] == [0, 0], "\n".join(logs)
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(script), *arguments], env=env, capture_output=True, text=True, timeout=900)
+
+
+def test_two_ranks_under_ddp_compile_a_program_whose_input_range_covers_both_shards(tmp_path):
+    """Two gloo processes under torchrun on the loopback interface; rank 0's inputs lie in [-1, 1], rank 1's
+    in [-4, 4]. DDP keeps its default ``broadcast_buffers=True``."""
+    run = torchrun(Path(qat_ranks.__file__), str(tmp_path))
+    assert run.returncode == 0, run.stdout + run.stderr
 
     statistics = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     assert statistics[0] == statistics[1]  # one reduction: the ranks never disagree
@@ -177,10 +176,7 @@ def test_two_ranks_under_ddp_compile_a_program_whose_input_range_covers_both_sha
 def test_the_ddp_example_runs_under_torchrun_and_keeps_float_accuracy(tmp_path):
     """The README's command, on the loopback interface: two gloo processes, one compile on rank 0."""
     example = Path(__file__).resolve().parent.parent / "examples" / "qat_ddp.py"
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          str(example), "--epochs", "1", "-o", str(tmp_path / "out")],
-                         env=env, capture_output=True, text=True, timeout=600)
+    run = torchrun(example, "--epochs", "1", "-o", str(tmp_path / "out"))
     assert run.returncode == 0, run.stdout + run.stderr
     float_score, int8_score = (float(v) for v in re.search(r"float ([\d.]+)%, int8 ([\d.]+)%", run.stdout).groups())
     assert "QAT on 2 process(es)" in run.stdout and float_score > 95

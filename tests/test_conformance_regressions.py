@@ -159,6 +159,46 @@ def test_an_activation_calibration_saw_only_as_zero_takes_its_inputs_range(targe
         check_case(result, inputs)
 
 
+class TinyDifference(nn.Module):
+    """y - (y + 1e-6): an output range about 1e-6 wide from inputs about 100 wide."""
+
+    def forward(self, x):
+        y = torch.relu(x * 100.0)
+        return y - (y + 1e-6)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_sub_whose_output_scale_tflm_cannot_prepare_runs_on_the_cpu(target):
+    """An output scale below the larger input scale / 2^19 gives TFLM's ADD / SUB an output multiplier of 1
+    or more, which it refuses to prepare by aborting the process: such a SUB was delegated and TFLM aborted
+    on the partition. The SUB now runs on the CPU, its reason naming TFLM's rule; the rest stays on the NPU."""
+    result, cal = _compile(TinyDifference(), [(1, 4, 6, 6)], target)
+    [sub] = [op for op in result.report["ops"] if op["op"] == "aten.sub.Tensor"]
+    assert sub["placement"] == "cpu" and sub["execution"] == "cpu int8"
+    if target == "imxrt700":
+        assert "output scale must exceed the larger input scale / 2^19" in sub["reason"]
+        assert "output multiplier 25.7" in sub["reason"]
+        assert result.report["summary"]["ops_npu"] == 3  # relu, mul, add
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+
+
+def test_the_lowering_refuses_to_emit_an_add_tflm_cannot_prepare():
+    """The capability table sees the cluster's qparams; what the lowering itself emits (a quantized constant
+    operand, SUB(0, x) for neg) is checked where every operator is made, against TFLM's own arithmetic."""
+    from imxrt.npu.litert import tflm_prepare
+    from imxrt.npu.litert.ir import PerTensor, Tensor
+
+    def int8(scale):
+        return Tensor("t", (1, 4), np.dtype(np.int8), PerTensor(scale, 0))
+
+    limit = 0.5 / 2**19  # an input scale of 0.5 needs an output scale above 9.5e-7
+    assert tflm_prepare.problem("ADD", [int8(0.5), int8(0.01)], [int8(limit * 1.001)]) is None
+    assert "needs an output scale above 9.54e-07" in tflm_prepare.problem("SUB", [int8(0.01), int8(0.5)],
+                                                                          [int8(limit)])
+    assert tflm_prepare.problem("MUL", [int8(0.5), int8(0.5)], [int8(1e-9)]) is None
+
+
 def test_an_internal_error_is_one_compiler_bug_naming_its_stage(monkeypatch):
     """No raw Python exception escapes compile: an internal failure is an ImxrtError (one CLI line) that
     names the stage and keeps the cause chained for the bug report."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from executorch.exir.dialects._ops import ops as exir_ops
 from torch.fx import Node
 
+from imxrt.npu.litert import tflm_prepare
 from imxrt.npu.litert.converters.common import ceil_mode_windows
 from imxrt.passes.qdq import Cluster, is_dequantize, is_quantize, qparams_of_dequantize, tensor_args
 from imxrt.quantization.rules import NPU_RULES
@@ -174,6 +175,16 @@ def add_sub_unit_alpha(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]
     return alpha == 1, f"alpha {alpha}"
 
 
+def add_sub_output_scale(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """add / sub: the output scale must exceed the larger input scale / 2^19 (TFLM's ADD / SUB take only output
+    multipliers below 1: an output calibration saw as nearly constant, from wide inputs, fails)."""
+    ins = [cluster.input_qparams(i) for i in range(2)]
+    if any(q is None for q in ins):
+        return True, "a constant operand"  # the lowering quantizes it, and checks what it emits
+    multiplier = tflm_prepare.add_sub_multiplier([q.scale for q in ins], cluster.output_qparams().scale)
+    return multiplier < 1, f"output multiplier {multiplier:.3g}"
+
+
 def rsqrt_input_never_negative(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
     """RSQRT fails on an int8 input below its zero point ("only defined for positive values" in TFLM and
     LiteRT): only an input whose zero point is -128 holds no negative value."""
@@ -287,8 +298,8 @@ SUPPORTED: dict[object, NeutronOp] = {
     edge.addmm.default: NeutronOp("FULLY_CONNECTED", (linear_weight_rank2, addmm_unit_scaling)),
     edge.mm.default: NeutronOp("FULLY_CONNECTED", (linear_weight_rank2,)),
     edge.bmm.default: NeutronOp("BATCH_MATMUL", (bmm_rank3_zero_points,)),
-    edge.add.Tensor: NeutronOp("ADD", (binary_broadcast, add_sub_unit_alpha)),
-    edge.sub.Tensor: NeutronOp("SUB", (binary_broadcast, add_sub_unit_alpha)),
+    edge.add.Tensor: NeutronOp("ADD", (binary_broadcast, add_sub_unit_alpha, add_sub_output_scale)),
+    edge.sub.Tensor: NeutronOp("SUB", (binary_broadcast, add_sub_unit_alpha, add_sub_output_scale)),
     edge.mul.Tensor: NeutronOp("MUL", (binary_broadcast,)),
     edge.maximum.default: NeutronOp("MAXIMUM", (all_inputs_share_output_qparams,)),
     edge.minimum.default: NeutronOp("MINIMUM", (all_inputs_share_output_qparams,)),

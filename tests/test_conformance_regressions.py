@@ -183,20 +183,45 @@ def test_a_sub_whose_output_scale_tflm_cannot_prepare_runs_on_the_cpu(target):
         check_case(result, inputs)
 
 
+class WideSoftmax(nn.Module):
+    """A 600-way softmax, as a classifier head over many classes (ImageNet's 1000) has."""
+
+    def forward(self, x):
+        return torch.softmax(torch.relu(x), -1)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_softmax_row_tflm_cannot_sum_runs_on_the_cpu(target):
+    """TFLM's int8 SOFTMAX aborts the process when a row's exponentials sum to 512 or more: a 600-value row
+    of equal values (here relu of an input at or below 0) was delegated and TFLM aborted on it. The
+    softmax now runs on the CPU, its reason naming TFLM's limit, and the program runs such an input."""
+    result, cal = _compile(WideSoftmax(), [(1, 600)], target)
+    [softmax] = [op for op in result.report["ops"] if op["op"] == "aten._softmax.default"]
+    assert softmax["placement"] == "cpu" and softmax["execution"] == "cpu int8"
+    if target == "imxrt700":
+        assert "at most 511 values per row as well" in softmax["reason"]
+    for inputs in [(-cal[0][0].abs(),), cal[1]]:
+        check_case(result, inputs)
+    output = imxrt.runtime.load(result.pte).forward(-cal[0][0].abs())[0]
+    assert np.allclose(output, 1 / 600, atol=1 / 256)
+
+
 def test_the_lowering_refuses_to_emit_an_add_tflm_cannot_prepare():
     """The capability table sees the cluster's qparams; what the lowering itself emits (a quantized constant
     operand, SUB(0, x) for neg) is checked where every operator is made, against TFLM's own arithmetic."""
-    from imxrt.npu.litert import tflm_prepare
+    from imxrt.npu.litert import tflm_limits
     from imxrt.npu.litert.ir import PerTensor, Tensor
 
     def int8(scale):
         return Tensor("t", (1, 4), np.dtype(np.int8), PerTensor(scale, 0))
 
     limit = 0.5 / 2**19  # an input scale of 0.5 needs an output scale above 9.5e-7
-    assert tflm_prepare.problem("ADD", [int8(0.5), int8(0.01)], [int8(limit * 1.001)]) is None
-    assert "needs an output scale above 9.54e-07" in tflm_prepare.problem("SUB", [int8(0.01), int8(0.5)],
+    assert tflm_limits.problem("ADD", [int8(0.5), int8(0.01)], [int8(limit * 1.001)]) is None
+    assert "needs an output scale above 9.54e-07" in tflm_limits.problem("SUB", [int8(0.01), int8(0.5)],
                                                                           [int8(limit)])
-    assert tflm_prepare.problem("MUL", [int8(0.5), int8(0.5)], [int8(1e-9)]) is None
+    assert tflm_limits.problem("MUL", [int8(0.5), int8(0.5)], [int8(1e-9)]) is None
+    row = Tensor("t", (4, 512), np.dtype(np.int8), PerTensor(1 / 256, -128))
+    assert "row of 512 values" in tflm_limits.problem("SOFTMAX", [int8(0.1)], [row])
 
 
 def test_an_internal_error_is_one_compiler_bug_naming_its_stage(monkeypatch):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from executorch.exir.dialects._ops import ops as exir_ops
 from torch.fx import Node
 
-from imxrt.npu.litert import tflm_prepare
+from imxrt.npu.litert import tflm_limits
 from imxrt.npu.litert.converters.common import ceil_mode_windows
 from imxrt.passes.qdq import Cluster, is_dequantize, is_quantize, qparams_of_dequantize, tensor_args
 from imxrt.quantization.rules import NPU_RULES
@@ -181,7 +181,7 @@ def add_sub_output_scale(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, st
     ins = [cluster.input_qparams(i) for i in range(2)]
     if any(q is None for q in ins):
         return True, "a constant operand"  # the lowering quantizes it, and checks what it emits
-    multiplier = tflm_prepare.add_sub_multiplier([q.scale for q in ins], cluster.output_qparams().scale)
+    multiplier = tflm_limits.add_sub_multiplier([q.scale for q in ins], cluster.output_qparams().scale)
     return multiplier < 1, f"output multiplier {multiplier:.3g}"
 
 
@@ -250,6 +250,14 @@ def softmax_size(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
     return ok, f"C {channels}, rows {rows}"
 
 
+def softmax_row_tflm_can_sum(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Softmax: at most 511 values per row as well: TFLM's int8 SOFTMAX aborts on a row whose exponentials sum
+    to 512 or more (512 equal values do)."""
+    shape = _shape(cluster.anchor.args[0])
+    row = shape[int(cluster.anchor.args[1]) % len(shape)] if shape else 1
+    return row <= tflm_limits.SOFTMAX_MAX_ROW, f"{row} values per row"
+
+
 def resize_scale(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
     """Resize: 4-D input, integer scale factor in {1, 2, 4, 8} on H and W: out / in, or (out - 1) / (in - 1)
     for a bilinear resize with align_corners (its corner pixels map onto each other)."""
@@ -312,7 +320,7 @@ SUPPORTED: dict[object, NeutronOp] = {
     edge.sum.dim_IntList: NeutronOp("SUM", _MOVE),
     edge.amax.default: NeutronOp("REDUCE_MAX", _MOVE),
     edge.amin.default: NeutronOp("REDUCE_MIN", _MOVE),
-    edge._softmax.default: NeutronOp("SOFTMAX", (softmax_size,)),
+    edge._softmax.default: NeutronOp("SOFTMAX", (softmax_size, softmax_row_tflm_can_sum)),
     edge.relu.default: NeutronOp("RELU"),
     edge.hardtanh.default: NeutronOp("RELU6 / RELU_N1_TO_1 / RELU_0_TO_1 / MINIMUM+MAXIMUM"),
     edge.clamp.default: NeutronOp("MINIMUM / MAXIMUM"),

@@ -20,7 +20,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from imxrt.npu.litert import layout, qdq, tflm_prepare
+from imxrt.npu.litert import layout, qdq, tflm_limits
 from imxrt.npu.litert.errors import UnsupportedForLiteRT
 from imxrt.npu.litert.ir import Graph, Operator, PerChannel, PerTensor, Quantization, Tensor
 
@@ -122,10 +122,10 @@ class LoweringContext:
     ) -> Operator:
         """Create a LiteRT operator standing for the edge nodes ``sources`` (its provenance), plus
         ``debug_handles`` of operators it replaces. An operator TFLM would refuse to prepare is refused here,
-        naming its first source node (``tflm_prepare``)."""
+        naming its first source node (``tflm_limits``)."""
         assert hasattr(schema.BuiltinOperator, builtin), builtin
         sources = tuple(sources)
-        problem = tflm_prepare.problem(builtin, inputs, outputs)
+        problem = tflm_limits.problem(builtin, inputs, outputs)
         if problem is not None:
             assert sources, f"{builtin} without a source node: {problem}"
             raise UnsupportedForLiteRT(sources[0], problem)

@@ -1,9 +1,9 @@
-"""What TFLM's int8 kernels require of an operator's quantization when the interpreter prepares it.
+"""What TFLM's int8 kernels require of an operator so that they never abort.
 
 TFLM checks these with ``TFLITE_CHECK``, which aborts the process (on the host and on a board running
-TFLM), and our partitions must mean what TFLM computes. The lowering refuses an operator that fails one
-(``LoweringContext.emit``), so its node stays on the CPU, whose CMSIS-NN kernel takes any multiplier, and
-every ``.tflite`` we write prepares. One row per builtin whose prepare can fail on valid qparams.
+TFLM), and our partitions must mean what TFLM computes. The lowering refuses an operator that can fail one
+(``LoweringContext.emit``), so its node stays on the CPU, and every ``.tflite`` we write prepares and runs
+on any input. One row per builtin that can fail on valid qparams, shapes or data.
 """
 
 from __future__ import annotations
@@ -42,13 +42,29 @@ def add_sub_output_multiplier(builtin: str, inputs: Sequence[Tensor | None], out
             f"range {multiplier:.3g}x too narrow")
 
 
-PREPARE_CHECKS: dict[str, Callable[[str, Sequence[Tensor | None], Sequence[Tensor]], str | None]] = {
+# TFLM's int8 SOFTMAX sums a row's exponentials (each at most 1) in Q12 and divides by a power of two whose
+# exponent, num_bits_over_unit + 23, it checks is at most 31: a sum of 512 or more aborts. Only a row of 512
+# or more values can reach it (all equal ones do: a constant or zero input).
+SOFTMAX_MAX_ROW = 511
+
+
+def softmax_row(builtin: str, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor]) -> str | None:
+    """SOFTMAX (reference softmax.h): at most ``SOFTMAX_MAX_ROW`` values per row."""
+    row = outputs[0].shape[-1] if outputs[0].shape else 1
+    if row <= SOFTMAX_MAX_ROW:
+        return None
+    return (f"TFLM's int8 SOFTMAX aborts on a row of {row} values once their exponentials sum to 512 (equal "
+            f"values do): at most {SOFTMAX_MAX_ROW} per row")
+
+
+CHECKS: dict[str, Callable[[str, Sequence[Tensor | None], Sequence[Tensor]], str | None]] = {
     "ADD": add_sub_output_multiplier,
     "SUB": add_sub_output_multiplier,
+    "SOFTMAX": softmax_row,
 }
 
 
 def problem(builtin: str, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor]) -> str | None:
-    """Why TFLM would refuse to prepare this operator, or None."""
-    check = PREPARE_CHECKS.get(builtin)
+    """Why TFLM could abort on this operator, or None."""
+    check = CHECKS.get(builtin)
     return check(builtin, inputs, outputs) if check else None

@@ -224,6 +224,22 @@ def test_the_lowering_refuses_to_emit_an_add_tflm_cannot_prepare():
     assert "row of 512 values" in tflm_limits.problem("SOFTMAX", [int8(0.1)], [row])
 
 
+class CatWithItsOwnSlice(nn.Module):
+    def forward(self, x):
+        return torch.cat([x[:, 4:], x], 1).mean((2, 3))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_cat_of_a_tensor_and_its_own_slice_quantizes(target):
+    """cat([x[:, 4:], x]): the slice shares x's qparams and the cat shares its first input's; pt2e's
+    union-find recursed until Python's limit resolving the chain (an internal error in the quantize stage).
+    Every shared spec now names the concrete one its chain ends in."""
+    result, cal = _compile(CatWithItsOwnSlice(), [(1, 8, 4, 4)], target)
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+
+
 def test_an_internal_error_is_one_compiler_bug_naming_its_stage(monkeypatch):
     """No raw Python exception escapes compile: an internal failure is an ImxrtError (one CLI line) that
     names the stage and keeps the cause chained for the bug report."""

@@ -98,6 +98,7 @@ class ImxrtQuantizer(Quantizer):
                 continue
             self._annotate(node, rule)
         _share_recurrent_state_observers(model)
+        _point_shares_at_their_roots(model)
         return model
 
     def validate(self, model: GraphModule) -> None:
@@ -230,6 +231,46 @@ def _share_recurrent_state_observers(model: GraphModule) -> None:
                 reader_annotation = reader.meta.get(_ANNOTATION)
                 if reader_annotation is not None and member in reader_annotation.input_qspec_map:
                     reader_annotation.input_qspec_map[member] = shared
+
+
+def _point_shares_at_their_roots(model: GraphModule) -> None:
+    """Make every ``SharedQuantizationSpec`` name the edge or node whose own spec is not shared, the end of the
+    chain it starts (the same observer group: only the path changes).
+
+    pt2e's union-find (``torchao.quantization.pt2e.prepare``) loops forever on some chains: in
+    ``cat([x[:, 4:], x])`` the concrete spec sits on the edge x -> slice, the slice's output shares it, the
+    cat's first input shares the slice's output and its second input the first; pt2e's implicit sharing of x's
+    two edges made the cat's second input, whose spec is shared, the group's root, and resolving it recursed
+    until Python's limit. With every share pointing at a concrete spec, a group's root is that spec's holder.
+    """
+
+    def spec_of(target: Node | tuple[Node, Node]) -> QuantizationSpecBase | None:
+        if isinstance(target, Node):
+            annotation = target.meta.get(_ANNOTATION)
+            return annotation.output_qspec if annotation is not None else None
+        producer, reader = target
+        annotation = reader.meta.get(_ANNOTATION)
+        return annotation.input_qspec_map.get(producer) if annotation is not None else None
+
+    def root(spec: QuantizationSpecBase | None) -> QuantizationSpecBase | None:
+        seen = set()
+        while isinstance(spec, SharedQuantizationSpec):
+            target = spec.edge_or_node
+            if target in seen:
+                raise ValueError(f"quantization specs share in a cycle through {target}")
+            seen.add(target)
+            shared = spec_of(target)
+            if not isinstance(shared, SharedQuantizationSpec):
+                return SharedQuantizationSpec(target)
+            spec = shared
+        return spec
+
+    for node in model.graph.nodes:
+        annotation = node.meta.get(_ANNOTATION)
+        if annotation is None:
+            continue
+        annotation.input_qspec_map = {arg: root(spec) for arg, spec in annotation.input_qspec_map.items()}
+        annotation.output_qspec = root(annotation.output_qspec)
 
 
 def _output_annotation(node: Node) -> QuantizationAnnotation | None:

@@ -85,7 +85,7 @@ def run_case(case, target: str) -> dict:
         lsb = max(max(program_checks.output_differences_lsb(result, inputs, case.model), default=0.0)
                   for inputs in calibration[:2])
         record["pte_lsb"] = lsb
-        record["pte_matches"] = lsb <= program_checks.QUANTIZED_ROUNDING_LSB + 1e-6
+        record["pte_matches"] = program_checks.within_rounding_bound(lsb)
         if not record["pte_matches"]:
             problems.append(f".pte differs from the quantized program by {lsb:.1f} LSB")
         odd = program_checks.odd_dim_orders(result.pte)

@@ -1,0 +1,41 @@
+"""The random-model run of `benchmarks/random_models.py` on a few seeds, through its worker processes.
+
+A seed is one model: the same recipe and weights every time. Each case compiles and passes the suite's
+checks (TFLM on every partition, dim orders, the .pte against the quantized program), and a worker that
+dies is recorded as that case's crash, the cases after it running in a fresh worker.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import _random_models  # noqa: E402
+import random_models  # noqa: E402
+
+
+def test_a_seed_is_one_model():
+    (first, recipe), (again, same) = _random_models.build(7), _random_models.build(7)
+    assert recipe.describe() == same.describe()
+    x = torch.randn(recipe.shape)
+    with torch.no_grad():
+        assert torch.equal(first(x), again(x))
+    assert _random_models.build(8)[1].describe() != recipe.describe()
+
+
+def test_random_models_compile_and_match_tflm():
+    rows = random_models.run_batch(0, 3, "imxrt700", timeout=300)
+    assert [row["seed"] for row in rows] == [0, 1, 2]
+    assert [row["outcome"] for row in rows] == ["ok"] * 3, rows
+
+
+def test_a_crashing_case_is_recorded_and_the_rest_run(monkeypatch):
+    """Case 1 aborts its worker (os.abort, as an oracle's TFLITE_CHECK does): it is that case's crash, and
+    case 2 runs in a new worker."""
+    monkeypatch.setenv("IMXRT_RANDOM_MODELS_ABORT_AT", "1")
+    rows = random_models.run_batch(0, 3, "imxrt700", timeout=300)
+    assert [(row["seed"], row["outcome"]) for row in rows] == [(0, "ok"), (1, "crashed"), (2, "ok")]

@@ -240,6 +240,21 @@ def test_a_cat_of_a_tensor_and_its_own_slice_quantizes(target):
         check_case(result, inputs)
 
 
+class TinyHardswish(nn.Module):
+    def forward(self, x):
+        return nn.functional.hardswish(x * 1e-6)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_hardswish_of_a_tiny_range_is_tflm_exact(target):
+    """An input scale near 1e-8 gives HARD_SWISH a 'reluish' multiplier exponent of -16 or below, where TFLM's
+    int16 RoundingDivideByPOT truncates its mask to int16 (-1): every value rounds to 1 or -1. The host
+    runtime divided exactly and was 1 LSB off TFLM on about a quarter of the values."""
+    result, cal = _compile(TinyHardswish(), [(1, 4, 3, 3)], target)
+    for inputs in cal[:3]:
+        check_case(result, inputs)
+
+
 def test_an_internal_error_is_one_compiler_bug_naming_its_stage(monkeypatch):
     """No raw Python exception escapes compile: an internal failure is an ImxrtError (one CLI line) that
     names the stage and keeps the cause chained for the bug report."""

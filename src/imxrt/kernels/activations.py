@@ -99,6 +99,21 @@ def _saturating_left_shift16(x, amount: int):
     return np.clip(np.asarray(x, dtype=np.int64) << amount, -32768, 32767)
 
 
+def _wrap16(x):
+    """A value as C's int16_t holds it: the low 16 bits, signed."""
+    return ((np.asarray(x, dtype=np.int64) + 32768) & 0xFFFF) - 32768
+
+
+def _rounding_divide_by_pot16(x, exponent: int):
+    """gemmlowp RoundingDivideByPOT on int16 operands, as TFLM's HARD_SWISH calls it: the mask
+    (1 << exponent) - 1 is truncated to int16, so from an exponent of 16 on it is -1 and the value rounds
+    to 1 when it is at least 0, else to -1 (what TFLM gives for a multiplier that small)."""
+    x = np.asarray(x, dtype=np.int64)
+    mask = int(_wrap16((1 << exponent) - 1))
+    threshold = _wrap16((mask >> 1) + (x < 0))
+    return _wrap16((x >> exponent) + (_wrap16(x & mask) > threshold))
+
+
 def _int16_multiplier(multiplier_int32: int) -> int:
     """DownScaleInt32ToInt16Multiplier: round the Q31 multiplier to Q15."""
     if multiplier_int32 >= (2**31 - 1) - (1 << 15):
@@ -129,10 +144,10 @@ def hard_swish_lut(input_scale: float, input_zero_point: int, output_scale: floa
     if reluish_exponent > 0:
         reluish = _saturating_left_shift16(reluish, 1)
     if reluish_exponent < 0:
-        reluish = rounding_divide_by_pot(reluish, -reluish_exponent)
+        reluish = _rounding_divide_by_pot16(reluish, -reluish_exponent)
     reluish = (reluish + (1 << 15)) >> 1  # [-1, 1] -> [0, 1]
     preshift_output = _sdhm16(reluish, on_preshift_output_scale)
-    output = rounding_divide_by_pot(preshift_output, -output_exponent) + output_zero_point
+    output = _rounding_divide_by_pot16(preshift_output, -output_exponent) + output_zero_point
     return _lut(output)
 
 

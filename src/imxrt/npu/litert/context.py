@@ -121,8 +121,8 @@ class LoweringContext:
         debug_handles: Iterable[int] = (),
     ) -> Operator:
         """Create a LiteRT operator standing for the edge nodes ``sources`` (its provenance), plus
-        ``debug_handles`` of operators it replaces. An operator TFLM would refuse to prepare is refused here,
-        naming its first source node (``tflm_limits``)."""
+        ``debug_handles`` of operators it replaces. An operator TFLM could abort on (``tflm_limits``) is
+        refused here, naming its first source node."""
         assert hasattr(schema.BuiltinOperator, builtin), builtin
         sources = tuple(sources)
         problem = tflm_limits.problem(builtin, inputs, outputs)

@@ -255,6 +255,27 @@ def test_hardswish_of_a_tiny_range_is_tflm_exact(target):
         check_case(result, inputs)
 
 
+class Hardswish(nn.Module):
+    def forward(self, x):
+        return nn.functional.hardswish(x)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_hardswish_whose_output_range_tflm_cannot_prepare_compiles(target):
+    """Inputs over [-10, -2.99] give hardswish outputs within 0.005 of 0: an output scale below the input scale
+    / 128, a multiplier TFLM refuses (its output exponent must be at most 0). The NPU lowering emitted the
+    HARD_SWISH (the host runtime then refused the file as corrupted) and the CPU lowering's table asserted
+    (an internal error). The op now runs on the CPU with the function's own rounded table."""
+    calibration = [(torch.linspace(-10.0, -2.99, 36).reshape(1, 4, 3, 3) + 0.001 * k,) for k in range(4)]
+    result = compile(Hardswish().eval(), calibration[0], target, calibration, CompileOptions(show_progress=False))
+    [op] = [op for op in result.report["ops"] if op["op"] == "aten.hardswish.default"]
+    assert op["placement"] == "cpu" and op["execution"] == "cpu int8"
+    if target == "imxrt700":
+        assert "output scale must exceed the input scale / 128" in op["reason"]
+    for inputs in calibration[:2]:
+        check_case(result, inputs)
+
+
 def test_an_internal_error_is_one_compiler_bug_naming_its_stage(monkeypatch):
     """No raw Python exception escapes compile: an internal failure is an ImxrtError (one CLI line) that
     names the stage and keeps the cause chained for the bug report."""

@@ -512,10 +512,18 @@ def _relu_lut(rw: Rewrite, q_in: QParams, out: QParams) -> activations.Lut:
     return activations.relu_lut(q_in.scale, q_in.zero_point, out.scale, out.zero_point, low, high)
 
 
+def _hard_swish_lut(rw: Rewrite, q_in: QParams, out: QParams) -> activations.Lut:
+    """hardswish: TFLM's int16 fixed-point arithmetic (as on the NPU), or, for an output scale at most the
+    input scale / 128, which TFLM refuses to prepare, the function itself rounded (``_float_lut``)."""
+    if activations.hard_swish_output_multiplier(q_in.scale, out.scale) < 1:
+        return activations.hard_swish_lut(q_in.scale, q_in.zero_point, out.scale, out.zero_point)
+    return _float_lut(rw, q_in, out)
+
+
 _LUTS: dict[object, Callable[[Rewrite, QParams, QParams], activations.Lut]] = {
     edge.sigmoid.default: lambda rw, i, o: activations.logistic_lut(i.scale, i.zero_point),
     edge.tanh.default: lambda rw, i, o: activations.tanh_lut(i.scale, i.zero_point),
-    edge.hardswish.default: lambda rw, i, o: activations.hard_swish_lut(i.scale, i.zero_point, o.scale, o.zero_point),
+    edge.hardswish.default: lambda rw, i, o: _hard_swish_lut(rw, i, o),
     edge.leaky_relu.default: lambda rw, i, o: activations.leaky_relu_lut(
         i.scale, i.zero_point, o.scale, o.zero_point, float(_arg(rw.anchor, 1, "negative_slope", 0.01))),
     edge.abs.default: lambda rw, i, o: activations.abs_lut(i.scale, i.zero_point, o.scale, o.zero_point),

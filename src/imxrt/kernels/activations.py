@@ -121,6 +121,12 @@ def _int16_multiplier(multiplier_int32: int) -> int:
     return (multiplier_int32 + (1 << 15)) >> 16
 
 
+def hard_swish_output_multiplier(input_scale: float, output_scale: float) -> float:
+    """TFLM's int8 HARD_SWISH output multiplier (s_in / 128) / s_out, in float32 as TFLM computes it; TFLM
+    prepares the op only when it is below 1 (its exponent at most 0)."""
+    return float(np.float32(1.0 / 128.0) * np.float32(input_scale) / np.float32(output_scale))
+
+
 def hard_swish_lut(input_scale: float, input_zero_point: int, output_scale: float, output_zero_point: int
                    ) -> Lut:
     """TFLM int8 HARD_SWISH (reference_ops::HardSwish): int16 fixed point. The input goes to a 'hires'

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from executorch.exir.dialects._ops import ops as exir_ops
 from torch.fx import Node
 
+from imxrt.kernels import activations
 from imxrt.npu.litert import tflm_limits
 from imxrt.npu.litert.converters.common import ceil_mode_windows
 from imxrt.passes.qdq import Cluster, is_dequantize, is_quantize, qparams_of_dequantize, tensor_args
@@ -185,6 +186,16 @@ def add_sub_output_scale(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, st
     return multiplier < 1, f"output multiplier {multiplier:.3g}"
 
 
+def hardswish_output_scale(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """hardswish: the output scale must exceed the input scale / 128 (TFLM's HARD_SWISH prepares only an output
+    multiplier below 1: an output calibration saw as nearly 0, from wide inputs below -3, fails)."""
+    q_in = cluster.input_qparams(0)
+    if q_in is None:
+        return True, "no per-tensor input"
+    multiplier = activations.hard_swish_output_multiplier(q_in.scale, cluster.output_qparams().scale)
+    return multiplier < 1, f"output multiplier {multiplier:.3g}"
+
+
 def rsqrt_input_never_negative(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
     """RSQRT fails on an int8 input below its zero point ("only defined for positive values" in TFLM and
     LiteRT): only an input whose zero point is -128 holds no negative value."""
@@ -329,7 +340,7 @@ SUPPORTED: dict[object, NeutronOp] = {
     edge.exp.default: NeutronOp("EXP"),
     edge.log.default: NeutronOp("LOG"),
     edge.rsqrt.default: NeutronOp("RSQRT", (rsqrt_input_never_negative,)),
-    edge.hardswish.default: NeutronOp("HARD_SWISH"),
+    edge.hardswish.default: NeutronOp("HARD_SWISH", (hardswish_output_scale,)),
     edge.leaky_relu.default: NeutronOp("LEAKY_RELU"),
     edge.abs.default: NeutronOp("ABS"),
     edge.neg.default: NeutronOp("NEG"),

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np  # the flatbuffer stores scales as float32: TFLM computes from those
 
+from imxrt.kernels import activations
 from imxrt.kernels.elementwise import ADD_LEFT_SHIFT
 from imxrt.npu.litert.ir import PerTensor, Tensor
 
@@ -42,6 +43,20 @@ def add_sub_output_multiplier(builtin: str, inputs: Sequence[Tensor | None], out
             f"range {multiplier:.3g}x too narrow")
 
 
+def hard_swish_output_multiplier(builtin: str, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor]
+                                 ) -> str | None:
+    """HARD_SWISH (hard_swish_common.cc): the output multiplier (s_in / 128) / s_out must be below 1, its
+    exponent at most 0 (``TF_LITE_ENSURE``: TFLM refuses to prepare the model): the output scale must exceed
+    the input scale / 128."""
+    s_in, s_out = _scale(inputs[0]), _scale(outputs[0])
+    if s_in is None or s_out is None:
+        return None
+    if activations.hard_swish_output_multiplier(s_in, s_out) < 1:
+        return None
+    return (f"TFLM's int8 HARD_SWISH needs an output scale above {float(s_in) / 128:.3g} (the input scale / 128); "
+            f"calibration gave {s_out:.3g}")
+
+
 # TFLM's int8 SOFTMAX sums a row's exponentials (each at most 1) in Q12 and divides by a power of two whose
 # exponent, num_bits_over_unit + 23, it checks is at most 31: a sum of 512 or more aborts. Only a row of 512
 # or more values can reach it (all equal ones do: a constant or zero input).
@@ -61,6 +76,7 @@ CHECKS: dict[str, Callable[[str, Sequence[Tensor | None], Sequence[Tensor]], str
     "ADD": add_sub_output_multiplier,
     "SUB": add_sub_output_multiplier,
     "SOFTMAX": softmax_row,
+    "HARD_SWISH": hard_swish_output_multiplier,
 }
 
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from program_checks import assert_pte_matches_quantized, check_case, odd_dim_orders
 
 import imxrt.runtime
@@ -273,6 +274,29 @@ def test_a_hardswish_whose_output_range_tflm_cannot_prepare_compiles(target):
     if target == "imxrt700":
         assert "output scale must exceed the input scale / 128" in op["reason"]
     for inputs in calibration[:2]:
+        check_case(result, inputs)
+
+
+class DeadRelu6OfWideValues(nn.Module):
+    """relu6 of values at most 0 and as low as -10^4: its output is 0 (scale float32's epsilon), its input's
+    scale about 40."""
+
+    def forward(self, x):
+        y = -(x * 30) ** 2
+        return F.relu6(torch.cat([y, y], 1))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_requantize_tflm_would_shift_past_int32_runs_on_the_cpu(target):
+    """The relu6's input is requantized to its output scale with a multiplier near 3e8: TFLM shifts the
+    centred value left by 29 in int32 and wraps (values due at -128 came out at 127, 255 steps off the host
+    runtime). Such a QUANTIZE (and a MUL past 2^15) is refused: the relu6 runs on the CPU."""
+    result, cal = _compile(DeadRelu6OfWideValues(), [(1, 2, 4, 4)], target)
+    [relu6] = [op for op in result.report["ops"] if op["op"] == "aten.hardtanh.default"]
+    assert relu6["placement"] == "cpu"
+    if target == "imxrt700":
+        assert "would shift past int32" in relu6["reason"]
+    for inputs in cal[:2]:
         check_case(result, inputs)
 
 

@@ -57,6 +57,27 @@ def hard_swish_output_multiplier(builtin: str, inputs: Sequence[Tensor | None], 
             f"calibration gave {s_out:.3g}")
 
 
+# TFLM's MultiplyByQuantizedMultiplier shifts its int32 operand left by the multiplier's exponent before the
+# fixed-point multiply: a centred int8 value (|q - zp| <= 255) overflows from 2^24 on, a MUL's product of two
+# (<= 65025) from 2^16 on, undefined in C++ (TFLM's result wraps: a value due at -128 came out at 127).
+REQUANTIZE_MAX_MULTIPLIER = {"QUANTIZE": 2.0**23, "MUL": 2.0**15}
+
+
+def requantize_left_shift(builtin: str, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor]) -> str | None:
+    """QUANTIZE (int8 to int8) and MUL: the multiplier s_in / s_out (s1 * s2 / s_out) below
+    ``REQUANTIZE_MAX_MULTIPLIER``, so that the left shift stays inside int32."""
+    scales = [_scale(t) for t in (*inputs[:1 if builtin == "QUANTIZE" else 2], outputs[0])]
+    if None in scales:
+        return None
+    stored = [float(np.float32(s)) for s in scales]
+    multiplier = float(np.prod(stored[:-1])) / stored[-1]
+    limit = REQUANTIZE_MAX_MULTIPLIER[builtin]
+    if multiplier < limit:
+        return None
+    return (f"TFLM's int8 {builtin} would shift past int32 with an output multiplier of {multiplier:.3g} (at most "
+            f"2^{int(np.log2(limit))}): an output scale of {stored[-1]:.3g} is too fine for its input's")
+
+
 # TFLM's int8 SOFTMAX sums a row's exponentials (each at most 1) in Q12 and divides by a power of two whose
 # exponent, num_bits_over_unit + 23, it checks is at most 31: a sum of 512 or more aborts. Only a row of 512
 # or more values can reach it (all equal ones do: a constant or zero input).
@@ -77,6 +98,8 @@ CHECKS: dict[str, Callable[[str, Sequence[Tensor | None], Sequence[Tensor]], str
     "SUB": add_sub_output_multiplier,
     "SOFTMAX": softmax_row,
     "HARD_SWISH": hard_swish_output_multiplier,
+    "QUANTIZE": requantize_left_shift,
+    "MUL": requantize_left_shift,
 }
 
 

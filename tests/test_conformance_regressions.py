@@ -277,6 +277,34 @@ def test_a_hardswish_whose_output_range_tflm_cannot_prepare_compiles(target):
         check_case(result, inputs)
 
 
+class BiasBeyondInt32(nn.Module):
+    """A linear layer on inputs about 1e-6 wide (an input scale at float32's epsilon, s_in * s_w about 1e-9):
+    its bias of +-3 is past 2^31 steps."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+        with torch.no_grad():
+            self.fc.weight.copy_(torch.tensor([[1.0, -0.5, 0.25, -1.0], [0.5, 1.0, -1.0, 0.75]]))
+            self.fc.bias.copy_(torch.tensor([3.0, -3.0]))
+
+    def forward(self, x):
+        return self.fc(x * 1e-6)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_bias_past_int32_keeps_its_sign_and_leaves_the_accumulator_room(target):
+    """pt2e clamps and rounds the int32 bias in float32, where INT32_MAX reads as 2^31: the +3 bias became
+    -2^31 when cast, so the output came out near -2 instead of +2 (the clamped +3), the .pte and the quantized
+    program agreeing on the wrong sign; and a bias at -2^31 overflowed TFLM's int32 accumulator.
+    The bias now stops at ``specs.bias_limit``: positive stays positive, and the products fit beside it."""
+    result, cal = _compile(BiasBeyondInt32(), [(1, 4)], target)
+    for inputs in cal[:3]:
+        check_case(result, inputs)
+        output = imxrt.runtime.load(result.pte).forward(*inputs)[0]
+        assert output[0, 0] > 1.5 and output[0, 1] < -1.5  # the float model gives +-3: clamped, not flipped
+
+
 class DeadRelu6OfWideValues(nn.Module):
     """relu6 of values at most 0 and as low as -10^4: its output is 0 (scale float32's epsilon), its input's
     scale about 40."""

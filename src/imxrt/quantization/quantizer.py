@@ -129,7 +129,7 @@ class ImxrtQuantizer(Quantizer):
             input_specs[weight] = specs.weight_spec(rule.weight_axis, self.qat, rule.per_channel)
             bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
             if isinstance(bias, Node):
-                input_specs[bias] = specs.bias_spec(node, activation, weight, rule.per_channel)
+                input_specs[bias] = specs.bias_spec(node, activation, weight, rule.per_channel, rule.weight_axis)
             output_spec = self._output_through_fused_activation(node, act)
         elif isinstance(rule, rules.Compute):
             input_specs = {arg: in_spec(arg) for arg in inputs}

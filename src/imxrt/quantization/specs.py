@@ -8,6 +8,8 @@ layers. Bias: int32 at s_in * s_w[c] with zero point 0.
 from __future__ import annotations
 
 import functools
+import math
+from collections.abc import Sequence
 
 import torch
 from torch.fx import Node
@@ -73,18 +75,31 @@ def _bias_qparams(observers, groups: int = 1) -> tuple[torch.Tensor, torch.Tenso
     return scale, torch.zeros_like(scale, dtype=torch.int32)
 
 
-def bias_spec(op_node: Node, input_node: Node, weight_node: Node, per_channel: bool = True
+def bias_limit(weight_shape: Sequence[int], weight_axis: int = 0) -> int:
+    """The largest |int32 bias| of a layer whose weight has ``weight_shape`` (output channels on
+    ``weight_axis``): room left for the K products an output adds to it in TFLM's and CMSIS-NN's int32
+    accumulator (each |q_in - zp| * |q_w| <= 255 * 127), and a multiple of 128, which float32 holds exactly.
+
+    pt2e clamps and rounds the bias in float32, where INT32_MAX reads as 2^31: a bias past it became
+    -2^31 when cast (a large positive bias changed sign), and one at -2^31 left the accumulator no room."""
+    products = math.prod(weight_shape) // max(int(weight_shape[weight_axis]), 1)
+    limit = INT32_MAX - products * 255 * 127
+    return max(limit, 1 << 24) // 128 * 128
+
+
+def bias_spec(op_node: Node, input_node: Node, weight_node: Node, per_channel: bool = True, weight_axis: int = 0
               ) -> DerivedQuantizationSpec:
     """int32 at s_in * s_w: per output channel when the weight is, else one scale (a per-channel bias with
-    a single scale is a program ExecuTorch's dequantize kernel refuses)."""
+    a single scale is a program ExecuTorch's dequantize kernel refuses); within ``bias_limit``."""
     transposed_groups = op_node.args[6] if op_node.target == torch.ops.aten.conv_transpose2d.input and len(
         op_node.args) > 6 else 1
+    limit = bias_limit(tuple(weight_node.meta["val"].shape), weight_axis)
     return DerivedQuantizationSpec(
         derived_from=[(input_node, op_node), (weight_node, op_node)],
         derive_qparams_fn=functools.partial(_bias_qparams, groups=int(transposed_groups)),
         dtype=torch.int32,
-        quant_min=INT32_MIN + 1,
-        quant_max=INT32_MAX,
+        quant_min=-limit,
+        quant_max=limit,
         qscheme=torch.per_channel_symmetric if per_channel else torch.per_tensor_symmetric,
         ch_axis=0,
     )

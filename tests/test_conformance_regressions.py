@@ -328,6 +328,26 @@ def test_a_requantize_tflm_would_shift_past_int32_runs_on_the_cpu(target):
         check_case(result, inputs)
 
 
+class PadAfterGlobalPool(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 4, 3)
+
+    def forward(self, x):
+        pooled = F.pad(x.mean((2, 3), keepdim=True), [2, 2, 2, 2])
+        return pooled, self.conv(pooled)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_pad_after_a_global_pool_pads_height_and_width(target):
+    """A channels_last [1, 8, 1, 1] tensor is contiguous to torch as well: the cortex_m pad's shape function
+    and the host runtime read it as NCHW and padded channels and height ([1, 12, 5, 1], or an internal error
+    when a conv read it), while the board's kernel takes the dim order [0, 2, 3, 1] the program records."""
+    result, cal = _compile(PadAfterGlobalPool(), [(1, 8, 4, 4)], target)
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+
+
 def test_an_internal_error_is_one_compiler_bug_naming_its_stage(monkeypatch):
     """No raw Python exception escapes compile: an internal failure is an ImxrtError (one CLI line) that
     names the stage and keeps the cause chained for the bug report."""

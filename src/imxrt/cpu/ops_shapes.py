@@ -9,6 +9,7 @@ non-``_nhwc`` op producing a 4-D activation returns an NCHW-logical tensor in ch
 from __future__ import annotations
 
 import torch
+from executorch.exir.tensor import dim_order_from_stride
 
 # NCHW-logical positions of the activations the non-_nhwc ops take
 NCHW_HEIGHT, NCHW_WIDTH, NCHW_CHANNELS = 2, 3, 1
@@ -125,9 +126,10 @@ _CHANNELS_LAST_TO_LOGICAL = (0, 3, 1, 2)
 
 
 def is_channels_last(input: torch.Tensor) -> bool:
-    """4-D and laid out channels_last (a [N, 1, H, W] or [N, C, 1, 1] tensor counts when its strides say so)."""
-    return input.dim() == 4 and not input.is_contiguous() and input.is_contiguous(
-        memory_format=torch.channels_last)
+    """4-D and in the channels_last dim order [0, 2, 3, 1] as ExecuTorch reads it off the strides (and the
+    board's kernel off the program): a [N, C, 1, 1] tensor with channels_last strides counts, though torch
+    calls it contiguous too (a pad after a global pool was padded as NCHW, [1, 8, 1, 1] to [1, 12, 5, 1])."""
+    return input.dim() == 4 and tuple(dim_order_from_stride(input.stride())) == (0, 2, 3, 1)
 
 
 def logical_padding(input: torch.Tensor, pre_pad, post_pad) -> list[tuple[int, int]]:

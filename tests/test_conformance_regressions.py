@@ -220,7 +220,8 @@ def test_the_lowering_refuses_to_emit_an_add_tflm_cannot_prepare():
     assert tflm_limits.problem("ADD", [int8(0.5), int8(0.01)], [int8(limit * 1.001)]) is None
     assert "needs an output scale above 9.54e-07" in tflm_limits.problem("SUB", [int8(0.01), int8(0.5)],
                                                                           [int8(limit)])
-    assert tflm_limits.problem("MUL", [int8(0.5), int8(0.5)], [int8(1e-9)]) is None
+    assert tflm_limits.problem("MUL", [int8(0.5), int8(0.5)], [int8(0.25 / 2**15 * 1.001)]) is None
+    assert "would shift past int32" in tflm_limits.problem("MUL", [int8(0.5), int8(0.5)], [int8(0.25 / 2**15)])
     row = Tensor("t", (4, 512), np.dtype(np.int8), PerTensor(1 / 256, -128))
     assert "row of 512 values" in tflm_limits.problem("SOFTMAX", [int8(0.1)], [row])
 

@@ -160,6 +160,17 @@ def test_an_activation_calibration_saw_only_as_zero_takes_its_inputs_range(targe
         check_case(result, inputs)
 
 
+def _int8_on_the_cpu(result, op: str, target: str, *reason_words: str) -> dict:
+    """The report row of ``op``: in int8 on the CPU, and on imxrt700 (where it could have been delegated) for a
+    reason holding every one of ``reason_words``."""
+    [row] = [row for row in result.report["ops"] if row["op"] == op]
+    assert row["placement"] == "cpu" and row["execution"] == "cpu int8"
+    if target == "imxrt700":
+        for words in reason_words:
+            assert words in row["reason"]
+    return row
+
+
 class TinyDifference(nn.Module):
     """y - (y + 1e-6): an output range about 1e-6 wide from inputs about 100 wide."""
 
@@ -174,11 +185,9 @@ def test_a_sub_whose_output_scale_tflm_cannot_prepare_runs_on_the_cpu(target):
     or more, which it refuses to prepare by aborting the process: such a SUB was delegated and TFLM aborted
     on the partition. The SUB now runs on the CPU, its reason naming TFLM's rule; the rest stays on the NPU."""
     result, cal = _compile(TinyDifference(), [(1, 4, 6, 6)], target)
-    [sub] = [op for op in result.report["ops"] if op["op"] == "aten.sub.Tensor"]
-    assert sub["placement"] == "cpu" and sub["execution"] == "cpu int8"
+    _int8_on_the_cpu(result, "aten.sub.Tensor", target, "output scale must exceed the larger input scale / 2^19",
+                     "output multiplier 25.7")
     if target == "imxrt700":
-        assert "output scale must exceed the larger input scale / 2^19" in sub["reason"]
-        assert "output multiplier 25.7" in sub["reason"]
         assert result.report["summary"]["ops_npu"] == 3  # relu, mul, add
     for inputs in cal[:2]:
         check_case(result, inputs)
@@ -197,10 +206,7 @@ def test_a_softmax_row_tflm_cannot_sum_runs_on_the_cpu(target):
     of equal values (here relu of an input at or below 0) was delegated and TFLM aborted on it. The
     softmax now runs on the CPU, its reason naming TFLM's limit, and the program runs such an input."""
     result, cal = _compile(WideSoftmax(), [(1, 600)], target)
-    [softmax] = [op for op in result.report["ops"] if op["op"] == "aten._softmax.default"]
-    assert softmax["placement"] == "cpu" and softmax["execution"] == "cpu int8"
-    if target == "imxrt700":
-        assert "at most 511 values per row as well" in softmax["reason"]
+    _int8_on_the_cpu(result, "aten._softmax.default", target, "at most 511 values per row as well")
     for inputs in [(-cal[0][0].abs(),), cal[1]]:
         check_case(result, inputs)
     output = imxrt.runtime.load(result.pte).forward(-cal[0][0].abs())[0]
@@ -270,10 +276,7 @@ def test_a_hardswish_whose_output_range_tflm_cannot_prepare_compiles(target):
     (an internal error). The op now runs on the CPU with the function's own rounded table."""
     calibration = [(torch.linspace(-10.0, -2.99, 36).reshape(1, 4, 3, 3) + 0.001 * k,) for k in range(4)]
     result = compile(Hardswish().eval(), calibration[0], target, calibration, CompileOptions(show_progress=False))
-    [op] = [op for op in result.report["ops"] if op["op"] == "aten.hardswish.default"]
-    assert op["placement"] == "cpu" and op["execution"] == "cpu int8"
-    if target == "imxrt700":
-        assert "output scale must exceed the input scale / 128" in op["reason"]
+    _int8_on_the_cpu(result, "aten.hardswish.default", target, "output scale must exceed the input scale / 128")
     for inputs in calibration[:2]:
         check_case(result, inputs)
 
@@ -321,10 +324,7 @@ def test_a_requantize_tflm_would_shift_past_int32_runs_on_the_cpu(target):
     centred value left by 29 in int32 and wraps (values due at -128 came out at 127, 255 steps off the host
     runtime). Such a QUANTIZE (and a MUL past 2^15) is refused: the relu6 runs on the CPU."""
     result, cal = _compile(DeadRelu6OfWideValues(), [(1, 2, 4, 4)], target)
-    [relu6] = [op for op in result.report["ops"] if op["op"] == "aten.hardtanh.default"]
-    assert relu6["placement"] == "cpu"
-    if target == "imxrt700":
-        assert "would shift past int32" in relu6["reason"]
+    _int8_on_the_cpu(result, "aten.hardtanh.default", target, "would shift past int32")
     for inputs in cal[:2]:
         check_case(result, inputs)
 

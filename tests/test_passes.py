@@ -128,3 +128,37 @@ def test_pad_modes_become_core_ops_and_int_scalars_become_floats():
     scalars = [a for n in gm.graph.nodes if n.target in (aten.mul.Tensor, aten.add.Tensor) for a in n.args[1:]]
     assert scalars and all(type(a) is float for a in scalars)
     torch.testing.assert_close(gm(x), expected)
+
+
+class _Constants(nn.Module):
+    """Reads six constants: two equal int8 tensors, one of them under another dtype, a different one, and
+    0.0 beside -0.0 (equal as numbers, not as bytes)."""
+
+    def __init__(self):
+        super().__init__()
+        weight = torch.arange(-8, 8, dtype=torch.int8).reshape(4, 4)
+        self.register_buffer("a", weight.clone())
+        self.register_buffer("b", weight.clone())
+        self.register_buffer("c", weight.to(torch.int32))
+        self.register_buffer("d", weight.flip(0).clone())
+        self.register_buffer("zero", torch.zeros(4))
+        self.register_buffer("negative_zero", -torch.zeros(4))
+
+    def forward(self, x):
+        return x + self.a + self.b + self.c + self.d + self.zero + self.negative_zero
+
+
+def test_equal_constants_become_one_attribute_and_each_user_keeps_its_node():
+    from imxrt.passes.share_equal_constants import ShareEqualConstantsPass
+
+    model = _Constants()
+    x = torch.randn(4, 4)
+    gm = torch.fx.symbolic_trace(model)
+    result = ShareEqualConstantsPass()(gm)
+    assert result.modified
+    reads = [n for n in result.graph_module.graph.nodes if n.op == "get_attr"]
+    assert [n.target for n in reads] == ["a", "a", "c", "d", "zero", "negative_zero"]
+    assert not hasattr(result.graph_module, "b")  # deleted, so an export does not lift it
+    assert all(len(n.users) == 1 for n in reads)
+    torch.testing.assert_close(result.graph_module(x), model(x), rtol=0, atol=0)
+    assert not ShareEqualConstantsPass()(result.graph_module).modified

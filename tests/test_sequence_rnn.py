@@ -223,10 +223,17 @@ def test_a_bidirectional_gru_runs_on_the_npu():
 
 @pytest.mark.parametrize("name", ["gru", "lstm_2_layers", "gru_cell", "lstm_cell"])
 def test_recurrent_kws_is_int8_on_the_cpu(name):
+    """int8 on the CPU, TFLM's numbers; the steps read one copy of each weight (pt2e's convert had made one
+    per step, each a tensor the program carried and the runtime allocated)."""
     torch.manual_seed(0)
     result, cal = _compile(MODELS[name](), "imxrt700-cpu")
     assert result.report["summary"]["ops_cpu_float"] == 0, [
         op["op"] for op in result.report["ops"] if op["execution"] == "cpu float"]
+    program = result.quantized
+    constants = [program.state_dict.get(t, program.constants.get(t)) for t in
+                 (*program.graph_signature.inputs_to_buffers.values(),
+                  *program.graph_signature.inputs_to_lifted_tensor_constants.values())]
+    assert len({(c.dtype, tuple(c.shape), c.numpy().tobytes()) for c in constants}) == len(constants)
     check_case(result, cal[1])
 
 

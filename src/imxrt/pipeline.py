@@ -25,7 +25,7 @@ from executorch.exir import (
     to_edge,
 )
 from torch.export import ExportedProgram
-from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
 from imxrt import firmware, integrity, output_folder
 from imxrt.cpu import ops as cortex_m_ops
@@ -53,6 +53,7 @@ from imxrt.profiling.instructions import EDGE_NAME, instruction_table
 from imxrt.profiling.provenance import trim_history
 from imxrt.quantization import ImxrtQuantizer, calibrate
 from imxrt.quantization import qat as qat_module
+from imxrt.quantization.convert import convert_and_export
 from imxrt.report import html as report_html
 from imxrt.report import placement
 from imxrt.report.advice import advise
@@ -407,8 +408,7 @@ def quantize(
     if options.calibration_samples is not None:
         calibration = itertools.islice(calibration, options.calibration_samples)
     calibrate(prepared, calibration, total=options.calibration_samples, show_progress=options.show_progress)
-    converted = convert_pt2e(prepared)
-    return torch.export.export(converted, example_inputs, strict=False)
+    return convert_and_export(prepared, example_inputs)
 
 
 def lower(

@@ -16,12 +16,13 @@ from collections.abc import Sequence
 import torch
 from torch.export import ExportedProgram
 from torchao.quantization.pt2e import FakeQuantize, move_exported_model_to_eval, move_exported_model_to_train
-from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_qat_pt2e
+from torchao.quantization.pt2e.quantize_pt2e import prepare_qat_pt2e
 
 from imxrt.errors import BadModel, BadOption
 from imxrt.model_checks import non_finite
 from imxrt.passes import run_aten_passes
 from imxrt.quantization.calibration import settle_zero_ranges
+from imxrt.quantization.convert import convert_and_export
 from imxrt.quantization.quantizer import ImxrtQuantizer
 from imxrt.targets import Target
 
@@ -105,8 +106,7 @@ def convert(prepared: torch.fx.GraphModule, example_inputs: Sequence[torch.Tenso
     module.eval()
     _check_trained(module)
     settle_zero_ranges(module)
-    converted = convert_pt2e(module)
-    return torch.export.export(converted, tuple(example_inputs), strict=False)
+    return convert_and_export(module, example_inputs)
 
 
 def _check_trained(module: torch.fx.GraphModule) -> None:

@@ -1,0 +1,18 @@
+"""The int8 program of a calibrated (or trained) pt2e module: pt2e's convert, then the export ``to_edge`` reads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch.export import ExportedProgram
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
+
+from imxrt.passes.share_equal_constants import ShareEqualConstantsPass
+
+
+def convert_and_export(prepared: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> ExportedProgram:
+    """Observers to quantize / dequantize nodes (``convert_pt2e``), equal constants shared (fewer placeholders
+    for every later pass to carry), and the result exported again."""
+    converted = ShareEqualConstantsPass()(convert_pt2e(prepared)).graph_module
+    return torch.export.export(converted, tuple(example_inputs), strict=False)

@@ -38,6 +38,7 @@ from imxrt.npu.partitioner import KEEP_WHOLE, NpuPartitioner
 from imxrt.passes import EDGE_PASSES, run_aten_passes
 from imxrt.quantization import ImxrtQuantizer
 from imxrt.quantization.calibration import narrow, settle_zero_ranges, widen
+from imxrt.quantization.convert import share_equal_constants
 from imxrt.quantization.rules import CPU_RULES, NPU_RULES
 from imxrt.targets import Target, get_target
 
@@ -102,6 +103,7 @@ def _recipe(name: str, rule_table, calibration: CalibrationFn | None, shared_ste
         # calibration in float64, as imxrt.compile calibrates: ranges that do not move with the thread count
         post_prepare_passes=[widen] if shared_steps and not qat else None,
         pre_convert_passes=([] if qat else [narrow]) + [settle_zero_ranges] if shared_steps else None,
+        post_convert_passes=[share_equal_constants] if shared_steps else None,
         is_qat=bool(qat),
         train_fn=train_fn if shared_steps else None,
     )

@@ -11,8 +11,14 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
 from imxrt.passes.share_equal_constants import ShareEqualConstantsPass
 
 
+def share_equal_constants(converted: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """After ``convert_pt2e`` (here and as the export recipes' post-convert pass): equal constants become one,
+    fewer placeholders for every later pass to carry."""
+    return ShareEqualConstantsPass()(converted).graph_module
+
+
 def convert_and_export(prepared: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> ExportedProgram:
-    """Observers to quantize / dequantize nodes (``convert_pt2e``), equal constants shared (fewer placeholders
-    for every later pass to carry), and the result exported again."""
-    converted = ShareEqualConstantsPass()(convert_pt2e(prepared)).graph_module
+    """Observers to quantize / dequantize nodes (``convert_pt2e``), equal constants shared, and the result
+    exported again."""
+    converted = share_equal_constants(convert_pt2e(prepared))
     return torch.export.export(converted, tuple(example_inputs), strict=False)

@@ -281,6 +281,34 @@ def test_a_hardswish_whose_output_range_tflm_cannot_prepare_compiles(target):
         check_case(result, inputs)
 
 
+class WideGate(nn.Module):
+    """sigmoid or tanh of inputs thousands wide: an int8 input scale past 8."""
+
+    def __init__(self, function):
+        super().__init__()
+        self.function = function
+
+    def forward(self, x):
+        return self.function(x * 1000.0)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("function", [torch.sigmoid, torch.tanh], ids=["sigmoid", "tanh"])
+def test_a_sigmoid_or_tanh_of_an_input_scale_past_8_keeps_zero_at_its_value(function, target):
+    """From an input scale of 8 on, TFLM's int8 LOGISTIC / TANH saturate every value, the zero point to the low
+    end (tanh(0) = -1, sigmoid(0) = 0), and never rescale one. The NPU lowering emitted the op; the host
+    runtime then rescaled every value, shifted past int32 and called the file corrupted, and the CPU
+    lowering's table raised (an internal error). The op now runs on the CPU with the function's own table.
+    Found by random models (a tanh after a scale by 387)."""
+    result, cal = _compile(WideGate(function), [(1, 4, 3, 3)], target)
+    name = "aten.sigmoid.default" if function is torch.sigmoid else "aten.tanh.default"
+    _int8_on_the_cpu(result, name, target, "an input scale below 8")
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+    (zero,) = imxrt.runtime.load(result.pte).forward(torch.zeros(1, 4, 3, 3))
+    assert np.array_equal(zero, function(torch.zeros(1, 4, 3, 3)).numpy())
+
+
 class BiasBeyondInt32(nn.Module):
     """A linear layer on inputs about 1e-6 wide (an input scale at float32's epsilon, s_in * s_w about 1e-9):
     its bias of +-3 is past 2^31 steps."""

@@ -520,9 +520,19 @@ def _hard_swish_lut(rw: Rewrite, q_in: QParams, out: QParams) -> activations.Lut
     return _float_lut(rw, q_in, out)
 
 
+def _q4_lut(table: Callable[[float, int], activations.Lut]) -> Callable[[Rewrite, QParams, QParams], activations.Lut]:
+    """sigmoid / tanh: TFLM's arithmetic (as on the NPU), or, from an input scale of 8 on, where TFLM saturates
+    every value (the zero point to the low end), the function itself rounded (``_float_lut``)."""
+    def lut(rw: Rewrite, q_in: QParams, out: QParams) -> activations.Lut:
+        if activations.q4_input_radius(q_in.scale) > 0:
+            return table(q_in.scale, q_in.zero_point)
+        return _float_lut(rw, q_in, out)
+    return lut
+
+
 _LUTS: dict[object, Callable[[Rewrite, QParams, QParams], activations.Lut]] = {
-    edge.sigmoid.default: lambda rw, i, o: activations.logistic_lut(i.scale, i.zero_point),
-    edge.tanh.default: lambda rw, i, o: activations.tanh_lut(i.scale, i.zero_point),
+    edge.sigmoid.default: _q4_lut(activations.logistic_lut),
+    edge.tanh.default: _q4_lut(activations.tanh_lut),
     edge.hardswish.default: lambda rw, i, o: _hard_swish_lut(rw, i, o),
     edge.leaky_relu.default: lambda rw, i, o: activations.leaky_relu_lut(
         i.scale, i.zero_point, o.scale, o.zero_point, float(_arg(rw.anchor, 1, "negative_slope", 0.01))),

@@ -57,13 +57,27 @@ def _q4_input_rescale(input_scale: float) -> tuple[int, int, int]:
     return multiplier, int(left_shift), _input_radius(4, int(left_shift))
 
 
+def q4_input_radius(input_scale: float) -> int:
+    """The |q - zp| at and beyond which TFLM's int8 LOGISTIC / TANH saturate. It is 0 from an input scale of 8
+    on: every value saturates, the zero point itself to the low end (tanh(0) comes out -1, sigmoid(0) 0)."""
+    return _q4_input_rescale(input_scale)[2]
+
+
+def _q4_inputs(input_scale: float, input_zero_point: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Every int8 value centred, rescaled into Q4.27, and ``q4_input_radius``. At radius 0 TFLM rescales no
+    value (the left shift, 31 or more, would shift past int32)."""
+    multiplier, left_shift, radius = _q4_input_rescale(input_scale)
+    centered = ALL_INT8 - input_zero_point
+    if radius == 0:
+        return centered, np.zeros_like(centered), radius
+    return centered, multiply_by_quantized_multiplier(centered, multiplier, left_shift), radius
+
+
 def logistic_lut(input_scale: float, input_zero_point: int) -> Lut:
     """TFLM int8 LOGISTIC (reference_integer_ops::Logistic): the output is on scale 1/256, zero point -128
     whatever the output tensor says. x = MBQM(q - zp) in Q4.27, y = gemmlowp logistic(x) in Q0.31,
     q_out = RDBPOT(y, 23) - 128; |q - zp| at or beyond the radius saturates."""
-    multiplier, left_shift, radius = _q4_input_rescale(input_scale)
-    centered = ALL_INT8 - input_zero_point
-    x = multiply_by_quantized_multiplier(centered, multiplier, left_shift)
+    centered, x, radius = _q4_inputs(input_scale, input_zero_point)
     y = rounding_divide_by_pot(fixedpoint.logistic(x, 4), 31 - 8) - 128
     y = np.where(centered <= -radius, INT8_MIN, np.where(centered >= radius, INT8_MAX, y))
     return _lut(y)
@@ -72,9 +86,7 @@ def logistic_lut(input_scale: float, input_zero_point: int) -> Lut:
 def tanh_lut(input_scale: float, input_zero_point: int) -> Lut:
     """TFLM int8 TANH (reference_integer_ops::Tanh): output scale 1/128, zero point 0. x in Q4.27,
     y = gemmlowp tanh(x) in Q0.31, q_out = RDBPOT(y, 24)."""
-    multiplier, left_shift, radius = _q4_input_rescale(input_scale)
-    centered = ALL_INT8 - input_zero_point
-    x = multiply_by_quantized_multiplier(centered, multiplier, left_shift)
+    centered, x, radius = _q4_inputs(input_scale, input_zero_point)
     y = rounding_divide_by_pot(fixedpoint.tanh(x, 4), 31 - 7)
     y = np.where(centered <= -radius, INT8_MIN, np.where(centered >= radius, INT8_MAX, y))
     return _lut(y)

@@ -196,6 +196,15 @@ def hardswish_output_scale(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, 
     return multiplier < 1, f"output multiplier {multiplier:.3g}"
 
 
+def q4_input_scale(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """sigmoid / tanh: an input scale below 8 (from 8 on TFLM's LOGISTIC / TANH saturate every value, the zero
+    point to the low end: an input of 0 gave tanh -1 and sigmoid 0)."""
+    q_in = cluster.input_qparams(0)
+    if q_in is None:
+        return True, "no per-tensor input"
+    return activations.q4_input_radius(q_in.scale) > 0, f"input scale {q_in.scale:.3g}"
+
+
 def rsqrt_input_never_negative(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
     """RSQRT fails on an int8 input below its zero point ("only defined for positive values" in TFLM and
     LiteRT): only an input whose zero point is -128 holds no negative value."""
@@ -335,8 +344,8 @@ SUPPORTED: dict[object, NeutronOp] = {
     edge.relu.default: NeutronOp("RELU"),
     edge.hardtanh.default: NeutronOp("RELU6 / RELU_N1_TO_1 / RELU_0_TO_1 / MINIMUM+MAXIMUM"),
     edge.clamp.default: NeutronOp("MINIMUM / MAXIMUM"),
-    edge.sigmoid.default: NeutronOp("LOGISTIC"),
-    edge.tanh.default: NeutronOp("TANH"),
+    edge.sigmoid.default: NeutronOp("LOGISTIC", (q4_input_scale,)),
+    edge.tanh.default: NeutronOp("TANH", (q4_input_scale,)),
     edge.exp.default: NeutronOp("EXP"),
     edge.log.default: NeutronOp("LOG"),
     edge.rsqrt.default: NeutronOp("RSQRT", (rsqrt_input_never_negative,)),

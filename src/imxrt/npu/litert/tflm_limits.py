@@ -93,6 +93,16 @@ def softmax_row(builtin: str, inputs: Sequence[Tensor | None], outputs: Sequence
             f"values do): at most {SOFTMAX_MAX_ROW} per row")
 
 
+def q4_input_scale(builtin: str, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor]) -> str | None:
+    """LOGISTIC / TANH (reference_integer_ops): an input scale below 8. From 8 on TFLM's input radius is 0 and it
+    saturates every value, its zero point included, to the low end: a silently wrong 0."""
+    s_in = _scale(inputs[0])
+    if s_in is None or activations.q4_input_radius(s_in) > 0:
+        return None
+    return (f"TFLM's int8 {builtin} saturates every value, 0 included, at an input scale of 8 or more; "
+            f"calibration gave {s_in:.3g}")
+
+
 CHECKS: dict[str, Callable[[str, Sequence[Tensor | None], Sequence[Tensor]], str | None]] = {
     "ADD": add_sub_output_multiplier,
     "SUB": add_sub_output_multiplier,
@@ -100,6 +110,8 @@ CHECKS: dict[str, Callable[[str, Sequence[Tensor | None], Sequence[Tensor]], str
     "HARD_SWISH": hard_swish_output_multiplier,
     "QUANTIZE": requantize_left_shift,
     "MUL": requantize_left_shift,
+    "LOGISTIC": q4_input_scale,
+    "TANH": q4_input_scale,
 }
 
 

@@ -217,7 +217,7 @@ def test_the_lowering_refuses_to_emit_an_add_tflm_cannot_prepare():
     """The capability table sees the cluster's qparams; what the lowering itself emits (a quantized constant
     operand, SUB(0, x) for neg) is checked where every operator is made, against TFLM's own arithmetic."""
     from imxrt.npu.litert import tflm_limits
-    from imxrt.npu.litert.ir import PerTensor, Tensor
+    from imxrt.npu.litert.ir import PerChannel, PerTensor, Tensor
 
     def int8(scale):
         return Tensor("t", (1, 4), np.dtype(np.int8), PerTensor(scale, 0))
@@ -230,6 +230,18 @@ def test_the_lowering_refuses_to_emit_an_add_tflm_cannot_prepare():
     assert "would shift past int32" in tflm_limits.problem("MUL", [int8(0.5), int8(0.5)], [int8(0.25 / 2**15)])
     row = Tensor("t", (4, 512), np.dtype(np.int8), PerTensor(1 / 256, -128))
     assert "row of 512 values" in tflm_limits.problem("SOFTMAX", [int8(0.1)], [row])
+    # FULLY_CONNECTED: the bias scale within 0.02 output steps of s_in * s_w, and a per-channel filter unchecked
+    def bias(scale):
+        return Tensor("b", (4,), np.dtype(np.int32), PerTensor(scale, 0))
+
+    product = 0.5 * 0.25
+    above = float(np.nextafter(np.float32(product), np.float32(1)))  # the float32 after s_in * s_w
+    diff = above - product
+    assert tflm_limits.problem("FULLY_CONNECTED", [int8(0.5), int8(0.25), bias(above)], [int8(diff / 0.019)]) is None
+    assert "within 0.02 of an output step" in tflm_limits.problem(
+        "FULLY_CONNECTED", [int8(0.5), int8(0.25), bias(above)], [int8(diff / 0.021)])
+    per_channel = Tensor("w", (4, 8), np.dtype(np.int8), PerChannel((0.25,) * 4, 0))
+    assert tflm_limits.problem("FULLY_CONNECTED", [int8(0.5), per_channel, bias(above)], [int8(diff / 0.021)]) is None
 
 
 class CatWithItsOwnSlice(nn.Module):
@@ -353,6 +365,35 @@ def test_a_requantize_tflm_would_shift_past_int32_runs_on_the_cpu(target):
     runtime). Such a QUANTIZE (and a MUL past 2^15) is refused: the relu6 runs on the CPU."""
     result, cal = _compile(DeadRelu6OfWideValues(), [(1, 2, 4, 4)], target)
     _int8_on_the_cpu(result, "aten.hardtanh.default", target, "would shift past int32")
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+
+
+class CancellingLinear(nn.Module):
+    """A linear layer over [1024 x, 4096 x, x] with weights [w, -w / 4, 1e-6]: the first two parts cancel
+    exactly in float, so the output is 1e-6 * sum(x), and its scale (float32's epsilon) is 1.2e7 times finer
+    than s_in * s_w."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(24, 4)
+        w = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            self.fc.weight.copy_(torch.cat([w, -w / 4, torch.full((4, 8), 1e-6)], 1))
+            self.fc.bias.zero_()
+
+    def forward(self, x):
+        return self.fc(torch.cat([x * 1024, x * 4096, x], 1))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_fully_connected_tflm_cannot_prepare_for_its_bias_scale_runs_on_the_cpu(target):
+    """TFLM prepares a per-tensor FULLY_CONNECTED only if its bias scale is s_in * s_w to within 2% of an output
+    step; the float32 bias scale is off by up to 6e-8 of it (here 1e-8), too much at an output scale 1.2e7
+    times finer (0.11 of a step). Such an FC was delegated, and TFLM refused the partition. It now runs on the
+    CPU with TFLM's rule as its reason, and the program matches TFLM and the quantized program."""
+    result, cal = _compile(CancellingLinear(), [(1, 8)], target)
+    _int8_on_the_cpu(result, "aten.linear.default", target, "prepares only a bias scale within 0.02")
     for inputs in cal[:2]:
         check_case(result, inputs)
 

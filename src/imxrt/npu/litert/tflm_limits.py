@@ -78,6 +78,31 @@ def requantize_left_shift(builtin: str, inputs: Sequence[Tensor | None], outputs
             f"2^{int(np.log2(limit))}): an output scale of {stored[-1]:.3g} is too fine for its input's")
 
 
+# TFLM's per-tensor int8 FULLY_CONNECTED (GetQuantizedConvolutionMultipler, kernel_util.cc) refuses to prepare
+# unless the bias scale is s_in * s_w to within 2% of an output step. The bias scale is a float32, within half
+# its last place (6e-8) of the exact product, so an output scale about 3e5 times finer than s_in * s_w fails:
+# a layer whose outputs calibration saw as nearly constant, from wide inputs (two inputs that cancel).
+# Convolutions (PopulateConvolutionQuantizationParams) check this for uint8 only; per-channel FC not at all.
+BIAS_SCALE_TOLERANCE = 0.02
+
+
+def fully_connected_bias_scale(builtin: str, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor]
+                               ) -> str | None:
+    """FULLY_CONNECTED with a per-tensor filter and a bias: |s_in * s_w - s_bias| / s_out at most 0.02, in
+    double from the stored float32 scales."""
+    bias = inputs[2] if len(inputs) > 2 else None
+    s_in, s_w, s_out = _scale(inputs[0]), _scale(inputs[1]), _scale(outputs[0])
+    if bias is None or not isinstance(bias.quantization, PerTensor) or None in (s_in, s_w, s_out):
+        return None
+    product = float(np.float32(s_in)) * float(np.float32(s_w))
+    ratio = abs(product - float(np.float32(bias.quantization.scale))) / float(np.float32(s_out))
+    if ratio <= BIAS_SCALE_TOLERANCE:
+        return None
+    return (f"TFLM's int8 FULLY_CONNECTED prepares only a bias scale within {BIAS_SCALE_TOLERANCE:g} of an "
+            f"output step of s_in * s_w: an output scale of {float(np.float32(s_out)):.3g}, "
+            f"{product / float(np.float32(s_out)):.3g} times finer than s_in * s_w, leaves {ratio:.3g}")
+
+
 # TFLM's int8 SOFTMAX sums a row's exponentials (each at most 1) in Q12 and divides by a power of two whose
 # exponent, num_bits_over_unit + 23, it checks is at most 31: a sum of 512 or more aborts. Only a row of 512
 # or more values can reach it (all equal ones do: a constant or zero input).
@@ -112,6 +137,7 @@ CHECKS: dict[str, Callable[[str, Sequence[Tensor | None], Sequence[Tensor]], str
     "MUL": requantize_left_shift,
     "LOGISTIC": q4_input_scale,
     "TANH": q4_input_scale,
+    "FULLY_CONNECTED": fully_connected_bias_scale,
 }
 
 

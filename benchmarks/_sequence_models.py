@@ -1,8 +1,8 @@
 """The sequence models of `benchmarks/sequence.py`: recurrent keyword spotters and a small ViT, with random weights.
 
-Written as users write them: `nn.GRU` / `nn.LSTM` over MFCC frames (1 or 2 layers, batch-first or time-major),
-the same recurrences unrolled by hand with `nn.GRUCell` / `nn.LSTMCell`, and a ViT whose attention is either
-`nn.MultiheadAttention` or the hand-written `q @ k.transpose(-2, -1)` / softmax / `@ v` of timm-style code.
+Written as users write them: `nn.GRU` / `nn.LSTM` / `nn.RNN` over MFCC frames (1 or 2 layers, batch-first or
+time-major), the same recurrences unrolled by hand with `nn.GRUCell` / `nn.LSTMCell`, and a ViT whose attention
+is either `nn.MultiheadAttention` or the hand-written `q @ k.transpose(-2, -1)` / softmax / `@ v` of timm-style code.
 The classifier classes take their sizes, so `benchmarks/accuracy.py` trains the same code on digits rows.
 """
 
@@ -19,7 +19,7 @@ KWS_CLASSES = 12
 
 
 class RecurrentClassifier(nn.Module):
-    """`nn.GRU` or `nn.LSTM` over a `[batch, time, features]` input, a linear layer on the last step's output.
+    """`nn.GRU`, `nn.LSTM` or `nn.RNN` over a `[batch, time, features]` input, a linear layer on the last step's output.
 
     With `batch_first=False` the layer is time-major, as in most older speech code: the model transposes its
     `[batch, time, features]` input to `[time, batch, features]` itself, which the compiler then also sees."""
@@ -27,7 +27,7 @@ class RecurrentClassifier(nn.Module):
     def __init__(self, cell: str, features: int = MFCC[2], hidden: int = 64, classes: int = KWS_CLASSES,
                  layers: int = 1, batch_first: bool = True):
         super().__init__()
-        recurrent = {"gru": nn.GRU, "lstm": nn.LSTM}[cell]
+        recurrent = {"gru": nn.GRU, "lstm": nn.LSTM, "rnn": nn.RNN}[cell]
         self.batch_first = batch_first
         self.rnn = recurrent(features, hidden, num_layers=layers, batch_first=batch_first)
         self.classifier = nn.Linear(hidden, classes)
@@ -126,6 +126,7 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
     "lstm2": (lambda: RecurrentClassifier("lstm", layers=2), MFCC),
     "lstm1_time_major": (lambda: RecurrentClassifier("lstm", batch_first=False), MFCC),
     "lstm2_time_major": (lambda: RecurrentClassifier("lstm", layers=2, batch_first=False), MFCC),
+    "rnn1": (lambda: RecurrentClassifier("rnn"), MFCC),
     "gru_cell_loop": (lambda: CellLoopClassifier("gru"), MFCC),
     "lstm_cell_loop": (lambda: CellLoopClassifier("lstm"), MFCC),
     "vit_mha": (lambda: ViT("mha"), IMAGE),

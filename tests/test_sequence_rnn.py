@@ -1,4 +1,4 @@
-"""GRU and LSTM keyword spotters (MFCC frames in, class scores out): the recurrent layers and cells unroll
+"""GRU, LSTM and Elman RNN keyword spotters (MFCC frames in, class scores out): the recurrent layers and cells unroll
 before quantization (``UnrollRecurrentLayersPass``) into steps the NPU and CMSIS-NN run in int8. Exported
 whole, each layer decomposed only inside ``to_edge`` and ran as ~700 float CPU ops."""
 
@@ -20,14 +20,19 @@ from imxrt.quantization.quantizer import ImxrtQuantizer
 FEATURES = 10  # MFCC coefficients per frame
 
 
+_LAYERS = {"gru": nn.GRU, "lstm": nn.LSTM, "rnn": nn.RNN,
+           "rnn_relu": lambda *args, **kwargs: nn.RNN(*args, nonlinearity="relu", **kwargs)}
+_CELLS = {"gru": nn.GRUCell, "lstm": nn.LSTMCell, "rnn": nn.RNNCell,
+          "rnn_relu": lambda *args: nn.RNNCell(*args, nonlinearity="relu")}
+
+
 class RecurrentKWS(nn.Module):
     """A GRU / LSTM over the frames, then a linear layer on the last step's hidden state."""
 
     def __init__(self, cell="gru", layers=1, batch_first=True, hidden=16, classes=12):
         super().__init__()
         self.batch_first = batch_first
-        self.rnn = (nn.GRU if cell == "gru" else nn.LSTM)(FEATURES, hidden, num_layers=layers,
-                                                          batch_first=batch_first)
+        self.rnn = _LAYERS[cell](FEATURES, hidden, num_layers=layers, batch_first=batch_first)
         self.fc = nn.Linear(hidden, classes)
 
     def forward(self, x):  # [1, T, FEATURES]
@@ -42,7 +47,7 @@ class CellKWS(nn.Module):
 
     def __init__(self, cell="gru", hidden=16, steps=6):
         super().__init__()
-        self.cell = (nn.GRUCell if cell == "gru" else nn.LSTMCell)(FEATURES, hidden)
+        self.cell = _CELLS[cell](FEATURES, hidden)
         self.kind, self.hidden, self.steps = cell, hidden, steps
         self.fc = nn.Linear(hidden, 12)
 
@@ -50,7 +55,7 @@ class CellKWS(nn.Module):
         h = torch.zeros(x.shape[0], self.hidden)
         c = torch.zeros(x.shape[0], self.hidden)
         for t in range(self.steps):
-            if self.kind == "gru":
+            if self.kind != "lstm":
                 h = self.cell(x[:, t], h)
             else:
                 h, c = self.cell(x[:, t], (h, c))
@@ -85,6 +90,12 @@ MODELS = {
     "gru_cell": lambda: CellKWS("gru", steps=STEPS),
     "lstm_cell": lambda: CellKWS("lstm", steps=STEPS),
 }
+ELMAN_MODELS = {  # nn.RNN, tanh or relu: one gate, so no SPLIT_V per step
+    "rnn": lambda: RecurrentKWS("rnn"),
+    "rnn_relu_2_layers_time_major": lambda: RecurrentKWS("rnn_relu", layers=2, batch_first=False),
+    "rnn_cell": lambda: CellKWS("rnn", steps=STEPS),
+    "rnn_relu_cell": lambda: CellKWS("rnn_relu", steps=STEPS),
+}
 
 
 def _calibration(shape, samples=8):
@@ -97,17 +108,18 @@ def _compile(model, target, steps=STEPS):
     return compile(model.eval(), cal[0], target, cal, CompileOptions(show_progress=False)), cal
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", sorted(MODELS | ELMAN_MODELS))
 def test_the_unrolled_steps_equal_the_float_module(name):
-    """The rewrite is exact up to float addition order (the folded biases): no gru / lstm node is left, and
-    only ops both devices run in int8 remain."""
+    """The rewrite is exact up to float addition order (the folded biases): no gru / lstm / rnn node is left,
+    and only ops both devices run in int8 remain."""
     torch.manual_seed(0)
-    model = MODELS[name]().eval()
+    model = (MODELS | ELMAN_MODELS)[name]().eval()
     x = torch.randn(1, STEPS, FEATURES)
     graph_module = torch.export.export(model, (x,), strict=False).module()
     unrolled = UnrollRecurrentLayersPass()(graph_module).graph_module
     ops = {str(n.target).split(".")[1] for n in unrolled.graph.nodes if n.op == "call_function"}
-    assert ops <= {"linear", "slice", "select", "sigmoid", "tanh", "add", "sub", "mul", "view", "cat", "transpose"}, ops
+    assert ops <= {"linear", "slice", "select", "sigmoid", "tanh", "relu", "add", "sub", "mul", "view", "cat",
+                   "transpose"}, ops
     torch.testing.assert_close(unrolled(x), model(x), rtol=1e-5, atol=1e-6)
 
 
@@ -133,7 +145,7 @@ class Encoder(nn.Module):
         return y[:, -1], y.mean(1)
 
 
-@pytest.mark.parametrize("cell", [nn.GRU, nn.LSTM])
+@pytest.mark.parametrize("cell", [nn.GRU, nn.LSTM, nn.RNN])
 @pytest.mark.parametrize("layers", [1, 2])
 def test_a_bidirectional_layer_equals_the_float_module(cell, layers):
     torch.manual_seed(0)
@@ -190,6 +202,28 @@ def test_recurrent_kws_runs_on_the_npu_in_one_partition(name):
     # one input projection per layer (or cell loop) and at most two hidden-state layers per step, not one
     # input projection per step
     assert ops["FULLY_CONNECTED"] <= layers * 2 * STEPS + 1, ops
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+
+
+@pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
+@pytest.mark.parametrize("name", sorted(ELMAN_MODELS))
+def test_an_elman_rnn_runs_in_int8(name, target):
+    """nn.RNN and nn.RNNCell, tanh or relu: each step one FULLY_CONNECTED on the hidden state, an ADD and the
+    nonlinearity, in one partition on the NPU and in int8 on the CPU; TFLM's numbers. Exported whole, the
+    layer had run as float CPU ops."""
+    torch.manual_seed(0)
+    model = ELMAN_MODELS[name]()
+    layers = model.rnn.num_layers if hasattr(model, "rnn") else 1
+    result, cal = _compile(model, target)
+    summary = result.report["summary"]
+    assert summary["ops_cpu_float"] == 0, [op["op"] for op in result.report["ops"] if op["execution"] == "cpu float"]
+    if target == "imxrt700":
+        cpu = [op["op"] for op in result.report["ops"] if op["placement"] != "npu"]
+        assert summary["partitions"] == 1 and all("quantize" in op for op in cpu), cpu
+        ops = Counter(op for tflite in result.partitions for op in litert_ops(tflite))
+        # per layer one input projection and a hidden-state layer per step after the first; the classifier
+        assert ops["FULLY_CONNECTED"] == layers * STEPS + 1, ops
     for inputs in cal[:2]:
         check_case(result, inputs)
 

@@ -1,10 +1,10 @@
-"""UnrollRecurrentLayersPass: GRU / LSTM layers and cells become their steps, written in int8-able ops.
+"""UnrollRecurrentLayersPass: GRU / LSTM / Elman RNN layers and cells become their steps, in int8-able ops.
 
-torch.export keeps ``nn.GRU`` / ``nn.LSTM`` as one ``aten.gru.input`` / ``aten.lstm.input`` node (and
-``nn.GRUCell`` / ``nn.LSTMCell`` as one cell node per step); they decompose only inside ``to_edge``, after
-quantization, so every gate ran in float on the CPU. Unrolled here, before quantization, each step is
-linear layers, sigmoid, tanh, add, sub, mul and slices: FULLY_CONNECTED, LOGISTIC, TANH, ADD, SUB, MUL and
-SLICE on the NPU, CMSIS-NN kernels on the CPU.
+torch.export keeps ``nn.GRU`` / ``nn.LSTM`` / ``nn.RNN`` as one ``aten.gru.input`` / ``aten.lstm.input`` /
+``aten.rnn_tanh.input`` (``rnn_relu``) node (and their cells as one cell node per step); they decompose only
+inside ``to_edge``, after quantization, so every gate ran in float on the CPU. Unrolled here, before
+quantization, each step is linear layers, sigmoid, tanh (relu), add, sub, mul and slices: FULLY_CONNECTED,
+LOGISTIC, TANH (RELU), ADD, SUB, MUL and SLICE on the NPU, CMSIS-NN kernels on the CPU.
 
 One GRU layer over T steps (gates r, z, n; batch-first, B rows)::
 
@@ -20,6 +20,9 @@ One GRU layer over T steps (gates r, z, n; batch-first, B rows)::
 One LSTM layer (gates i, f, g, o): ``%a = add(slice(%xf, ...), linear(%h, W_hh))`` (both biases in the
 input projection); ``%s = sigmoid(%a)``, ``%g = tanh(%a)`` over all 4H (two ops instead of a slice before
 each); i, f, o sliced from %s and g from %g; ``%c = add(mul(%f, %c), mul(%i, %g))``; ``%h = mul(%o, tanh(%c))``.
+
+One Elman RNN layer (``nn.RNN``, tanh or relu): ``%h = tanh(add(slice(%xf, ...), linear(%h, W_hh)))``, both
+biases in the input projection.
 
 A bidirectional layer runs the same steps backwards in time with its reverse weights; its output at time t
 is the two directions' states joined (one ``cat``, made only where read).
@@ -49,9 +52,12 @@ aten = torch.ops.aten
 # Node meta key: the recurrent state a node holds one step of (``<layer>.h`` or ``<layer>.c``).
 RECURRENT_STATE = "imxrt_recurrent_state"
 
-_SEQUENCES = {aten.gru.input: "gru", aten.lstm.input: "lstm"}
-_CELLS = {aten.gru_cell.default: "gru", aten.lstm_cell.default: "lstm"}
-_GATES = {"gru": 3, "lstm": 4}
+_SEQUENCES = {aten.gru.input: "gru", aten.lstm.input: "lstm", aten.rnn_tanh.input: "rnn_tanh",
+              aten.rnn_relu.input: "rnn_relu"}
+_CELLS = {aten.gru_cell.default: "gru", aten.lstm_cell.default: "lstm", aten.rnn_tanh_cell.default: "rnn_tanh",
+          aten.rnn_relu_cell.default: "rnn_relu"}
+_GATES = {"gru": 3, "lstm": 4, "rnn_tanh": 1, "rnn_relu": 1}
+_RNN_NONLINEARITIES = {"rnn_tanh": aten.tanh.default, "rnn_relu": aten.relu.default}
 _ZERO_FILLS = frozenset({aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default})
 _FILLS = {aten.full.default: 1, aten.full_like.default: 1, aten.new_full.default: 2}  # op -> fill value position
 
@@ -133,6 +139,11 @@ class _Steps:
         h_next = self.state(self.op(aten.mul.Tensor, o, self.op(aten.tanh.default, c_next)), "h")
         return h_next, c_next
 
+    def rnn_step(self, x_t: Node, h: Node | None, w_hh: Node) -> Node:
+        """One Elman RNN step from its input part (both biases in ``x_t``); ``h`` None: zero state."""
+        pre = x_t if h is None else self.op(aten.add.Tensor, x_t, self.linear(h, w_hh, None))
+        return self.state(self.op(_RNN_NONLINEARITIES[self.kind], pre), "h")
+
 
 class _LayerWeights:
     """One layer's parameters, rearranged for the unrolled steps: biases folded where exact."""
@@ -148,7 +159,7 @@ class _LayerWeights:
             self.b_ih = torch.cat([b_ih[:2 * hidden] + b_hh[:2 * hidden], b_ih[2 * hidden:]])
             self.w_hh_parts = (w_hh[:2 * hidden].detach(), w_hh[2 * hidden:].detach())
             self.b_hn = b_hh[2 * hidden:]
-        else:
+        else:  # LSTM, Elman RNN: both biases add to the input part
             self.b_ih = b_ih + b_hh
             self.w_hh_parts = (w_hh.detach(),)
 
@@ -179,7 +190,7 @@ def _layer_initial_state(steps: _Steps, state: Node, layer: int, layers: int, ba
 
 
 def _unroll_sequence(gm: GraphModule, node: Node) -> bool:
-    """Unroll one GRU / LSTM layer node; False (left whole) for a form the steps do not cover."""
+    """Unroll one GRU / LSTM / RNN layer node; False (left whole) for a form the steps do not cover."""
     kind = _SEQUENCES[node.target]
     x, hx, params, has_biases, layers, _dropout, _train, bidirectional, batch_first = node.args
     name = _layer_name(node)
@@ -190,7 +201,7 @@ def _unroll_sequence(gm: GraphModule, node: Node) -> bool:
     # an LSTM projection (proj_size: one more weight per direction) or an unbatched input
     if len(params) != per_direction * directions * layers or x_value.dim() != 3 or values is None:
         return False
-    h_all, c_all = (hx, None) if kind == "gru" else hx
+    h_all, c_all = hx if kind == "lstm" else (hx, None)
     batch, time = (x_value.shape[0], x_value.shape[1]) if batch_first else (x_value.shape[1], x_value.shape[0])
 
     with gm.graph.inserting_before(node):
@@ -244,8 +255,10 @@ def _unroll_direction(steps: _Steps, weights: _LayerWeights, layer_input: Node, 
             x_rz = steps.slice(flat, start, start + 2 * hidden)
             x_n = steps.slice(flat, start + 2 * hidden, start + width)
             h = steps.gru_step(x_rz, x_n, h, *w_hh_nodes, b_hn, hidden)
-        else:
+        elif steps.kind == "lstm":
             h, c = steps.lstm_step(steps.slice(flat, start, start + width), h, c, w_hh_nodes[0], hidden)
+        else:
+            h = steps.rnn_step(steps.slice(flat, start, start + width), h, w_hh_nodes[0])
         hs[t] = h
     return hs, h, c
 
@@ -305,7 +318,7 @@ def _replace_outputs(gm: GraphModule, node: Node, steps: _Steps, outputs: _StepO
 
 
 def _unroll_cell(gm: GraphModule, node: Node, projections: dict[tuple[str, Node], Node]) -> bool:
-    """Unroll one GRU / LSTM cell call; False (left whole) for an unbatched one. ``projections``: the input
+    """Unroll one GRU / LSTM / RNN cell call; False (left whole) for an unbatched one. ``projections``: the input
     projections made so far, per cell and sequence tensor (``_input_parts``)."""
     kind = _CELLS[node.target]
     x, state, *params = node.args
@@ -324,6 +337,10 @@ def _unroll_cell(gm: GraphModule, node: Node, projections: dict[tuple[str, Node]
             h = None if is_zero(gm, state) else steps.initial_state(state, "h")
             b_hn = _cell_constant(steps, "b_hn", weights.b_hn)
             node.replace_all_uses_with(steps.gru_step(x_rz, x_n, h, *w_hh_nodes, b_hn, hidden))
+        elif kind != "lstm":
+            h = None if is_zero(gm, state) else steps.initial_state(state, "h")
+            (x_t,) = _input_parts(steps, x, weights, projections)
+            node.replace_all_uses_with(steps.rnn_step(x_t, h, w_hh_nodes[0]))
         else:
             h_in, c_in = state
             h, c = (None, None) if is_zero(gm, h_in) and is_zero(gm, c_in) else \
@@ -376,7 +393,7 @@ def _cell_constant(steps: _Steps, stem: str, value: torch.Tensor) -> Node:
 
 
 class UnrollRecurrentLayersPass(PassBase):
-    """Requires: an aten graph. Ensures: no ``gru`` / ``lstm`` layer or
+    """Requires: an aten graph. Ensures: no ``gru`` / ``lstm`` / ``rnn_tanh`` / ``rnn_relu`` layer or
     cell node remains but an LSTM with ``proj_size`` or an unbatched one (left whole: it decomposes in
     ``to_edge`` and runs in float on the CPU, the report naming the layer); each step's states carry
     ``RECURRENT_STATE``."""

@@ -17,6 +17,7 @@ from compiled_examples import compiled_example
 from executorch.exir import EdgeCompileConfig, memory, to_edge
 from executorch.exir.dialects._ops import ops as exir_ops
 from oracles import run_tflm, tflite_io
+from program_checks import check_case
 from torch import nn
 
 import imxrt.runtime
@@ -257,6 +258,34 @@ def test_an_op_without_int8_kernel_stays_float_and_says_why():
     assert by_op["aten.cumsum.default"]["execution"] == "cpu float"
     assert by_op["aten.relu.default"]["execution"] == "cpu int8"
     assert by_op["aten.relu.default"]["kernel"] == "cortex_m.quantized_activation.default"
+
+
+class TokenMean(nn.Module):
+    """A mean over the steps or tokens of [B, T, F] (a sequence encoder's or a ViT's pooling), with and
+    without keepdim, by a positive and a negative dim."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 6)
+
+    def forward(self, x):
+        y = self.fc(x)
+        return torch.relu(y).mean(1), y.mean(-2, keepdim=True)
+
+
+def test_a_mean_over_the_tokens_of_a_sequence_is_an_int8_average_pool():
+    """[B, T, F] holds the bytes of a one-channel image [B, 1, T, F] (its NCHW and NHWC orders agree), so a
+    mean over T is one quantized_avg_pool2d by a T x 1 window between two views; it had run in float on the
+    CPU. The program is within the rounding bound of the quantized one, and its dim orders are the kernels'."""
+    generator = torch.Generator().manual_seed(0)
+    data = [(torch.randn(2, 7, 8, generator=generator),) for _ in range(8)]
+    result = compile(TokenMean().eval(), data[0], "imxrt700-cpu", data, CompileOptions(show_progress=False))
+    means = [op for op in result.report["ops"] if op["op"] == "aten.mean.dim"]
+    assert means and all(op["execution"] == "cpu int8" for op in means), means
+    assert sum(op["kernel"] == "cortex_m.quantized_avg_pool2d.default" for op in means) == 2
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    for inputs in data[:2]:
+        check_case(result, inputs)
 
 
 def _lower(quantized, isa: Isa = Isa.DSP):

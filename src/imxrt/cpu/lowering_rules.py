@@ -590,10 +590,12 @@ def lower_softmax(rw: Rewrite) -> Node:
 # --- pooling -----------------------------------------------------------------------------------------------------
 
 def _avg_pool(rw: Rewrite, x_dq: Node, kernel, stride, padding, count_include_pad: bool,
-              val: torch.Tensor | None = None, ceil_mode: bool = False) -> Node:
+              val: torch.Tensor | None = None, ceil_mode: bool = False, viewed: tuple[Node, tuple] | None = None
+              ) -> Node:
+    """``viewed``: pool this int8 node of that shape, a view of ``x_dq``'s values, instead of them."""
     rw.no_fused_activation()
     q = rw.shared_qparams(x_dq)
-    x, in_shape = rw.int8(x_dq), shape_of(x_dq)
+    x, in_shape = viewed or (rw.int8(x_dq), shape_of(x_dq))
     out_shape = tuple(val.shape) if val is not None else shape_of(rw.cluster.quantizes[0])
     if padding != [0, 0] and count_include_pad:
         # the average counts the padding: pad with the zero point first, then pool without padding (the
@@ -638,21 +640,35 @@ def lower_adaptive_avg_pool(rw: Rewrite) -> Node:
 
 
 def lower_spatial_mean(rw: Rewrite) -> Node:
-    """mean over H and W of a rank-4 tensor -> one quantized_avg_pool2d over the whole plane (plus a
-    view without keepdim). Its rounding is AVERAGE_POOL_2D's (the sum divided by H*W, halves away from
-    zero), not TFLM MEAN's fixed-point 1 / (H*W): the two can differ by 1 LSB."""
+    """mean over H and W of a rank-4 tensor, or over the time / token dim of a rank-3 [B, T, F] one ->
+    one quantized_avg_pool2d over the whole window (plus a view without keepdim). Its rounding is
+    AVERAGE_POOL_2D's (the sum divided by the count, halves away from zero), not TFLM MEAN's fixed-point
+    1 / count: the two can differ by 1 LSB."""
     x_dq = rw.anchor.args[0]
     shape = shape_of(x_dq)
     dims = _arg(rw.anchor, 1, "dim") or list(range(len(shape)))  # None or []: every dimension
-    if len(shape) != 4 or sorted(int(d) % 4 for d in dims) != [2, 3]:
-        raise NotLowered(f"mean over dims {list(dims)} of a rank-{len(shape)} tensor (only H and W of a "
-                         "rank-4 tensor is an average pool)")
     if _arg(rw.anchor, 3, "dtype") is not None:
         raise NotLowered("mean with a dtype")
+    if len(shape) == 3 and [int(d) % 3 for d in dims] == [1]:
+        return _sequence_mean(rw, x_dq, shape)
+    if len(shape) != 4 or sorted(int(d) % 4 for d in dims) != [2, 3]:
+        raise NotLowered(f"mean over dims {list(dims)} of a rank-{len(shape)} tensor (only H and W of a "
+                         "rank-4 tensor, or dim 1 of a rank-3 one, is an average pool)")
     kernel = [shape[2], shape[3]]
     if _arg(rw.anchor, 2, "keepdim", False):
         return _avg_pool(rw, x_dq, kernel, kernel, [0, 0], False)
     pooled = _avg_pool(rw, x_dq, kernel, kernel, [0, 0], False, val=rw.like((shape[0], shape[1], 1, 1)))
+    return rw.emit(edge.view_copy.default, (pooled, list(shape_of(rw.cluster.quantizes[0]))))
+
+
+def _sequence_mean(rw: Rewrite, x_dq: Node, shape: tuple) -> Node:
+    """mean over T of [B, T, F] (a sequence's steps, a transformer's tokens): the same bytes are a
+    one-channel image [B, 1, T, F], whose NCHW and NHWC orders agree, pooled by a T x 1 window."""
+    batch, time, features = shape
+    image = (batch, 1, time, features)
+    x = rw.emit(edge.view_copy.default, (rw.int8(x_dq), list(image)), val=rw.like(image))
+    pooled = _avg_pool(rw, x_dq, [time, 1], [time, 1], [0, 0], False, val=rw.like((batch, 1, 1, features)),
+                       viewed=(x, image))
     return rw.emit(edge.view_copy.default, (pooled, list(shape_of(rw.cluster.quantizes[0]))))
 
 

@@ -10,27 +10,38 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import _random_models  # noqa: E402
+import _random_sequences  # noqa: E402
 import random_models  # noqa: E402
 
 
-def test_a_seed_is_one_model():
-    (first, recipe), (again, same) = _random_models.build(7), _random_models.build(7)
+@pytest.mark.parametrize("family", [_random_models, _random_sequences])
+def test_a_seed_is_one_model(family):
+    (first, recipe), (again, same) = family.build(7), family.build(7)
     assert recipe.describe() == same.describe()
     x = torch.randn(recipe.shape)
     with torch.no_grad():
         assert torch.equal(first(x), again(x))
-    assert _random_models.build(8)[1].describe() != recipe.describe()
+    assert family.build(8)[1].describe() != recipe.describe()
 
 
 def test_random_models_compile_and_match_tflm():
     rows = random_models.run_batch(0, 3, "imxrt700", timeout=300)
     assert [row["seed"] for row in rows] == [0, 1, 2]
     assert [row["outcome"] for row in rows] == ["ok"] * 3, rows
+
+
+@pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
+def test_random_sequence_models_compile_and_match_tflm(target):
+    """Recurrent layers, attention, layer norms and token-wise layers in random order and sizes (seeds 7 and 8:
+    a 1-D conv, linear layers and a layer norm; a token mean, attention and an LSTM)."""
+    rows = random_models.run_batch(7, 2, target, timeout=300, family="sequence")
+    assert [row["outcome"] for row in rows] == ["ok"] * 2, rows
 
 
 def test_a_crashing_case_is_recorded_and_the_rest_run(monkeypatch):

@@ -255,6 +255,40 @@ def test_a_bidirectional_gru_runs_on_the_npu():
     check_case(result, cal[1])
 
 
+class UnbatchedKWS(nn.Module):
+    """Frames [T, F] without a batch dim: a layer (nn.GRU / nn.LSTM unsqueeze the input themselves) or a cell
+    loop from ``torch.zeros(H)``, which reaches each cell unsqueezed."""
+
+    def __init__(self, form: str, hidden=16):
+        super().__init__()
+        self.form, self.hidden = form, hidden
+        self.rnn = {"gru": nn.GRU, "lstm": nn.LSTM}[form](FEATURES, hidden) if form != "cell" else \
+            nn.GRUCell(FEATURES, hidden)
+        self.fc = nn.Linear(hidden, 12)
+
+    def forward(self, x):
+        if self.form != "cell":
+            return self.fc(self.rnn(x)[0][-1])
+        h = torch.zeros(self.hidden)
+        for t in range(x.shape[0]):
+            h = self.rnn(x[t], h)
+        return self.fc(h)
+
+
+@pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
+@pytest.mark.parametrize("form", ["gru", "lstm", "cell"])
+def test_an_unbatched_recurrence_is_int8(form, target):
+    """No float op is left: an unsqueezed ``zeros`` initial state is a zero state too, so the first step drops
+    the terms it zeroes (it had stayed a float ``full`` on the CPU, read by the first step's layers)."""
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
+    cal = [(torch.randn(STEPS, FEATURES, generator=generator),) for _ in range(8)]
+    result = compile(UnbatchedKWS(form).eval(), cal[0], target, cal, CompileOptions(show_progress=False))
+    assert result.report["summary"]["ops_cpu_float"] == 0, [
+        op["op"] for op in result.report["ops"] if op["execution"] == "cpu float"]
+    check_case(result, cal[1])
+
+
 @pytest.mark.parametrize("name", ["gru", "lstm_2_layers", "gru_cell", "lstm_cell"])
 def test_recurrent_kws_is_int8_on_the_cpu(name):
     """int8 on the CPU, TFLM's numbers; the steps read one copy of each weight (pt2e's convert had made one

@@ -60,12 +60,17 @@ _GATES = {"gru": 3, "lstm": 4, "rnn_tanh": 1, "rnn_relu": 1}
 _RNN_NONLINEARITIES = {"rnn_tanh": aten.tanh.default, "rnn_relu": aten.relu.default}
 _ZERO_FILLS = frozenset({aten.zeros.default, aten.zeros_like.default, aten.new_zeros.default})
 _FILLS = {aten.full.default: 1, aten.full_like.default: 1, aten.new_full.default: 2}  # op -> fill value position
+_VIEWS = frozenset({aten.unsqueeze.default, aten.squeeze.dim, aten.squeeze.default, aten.view.default,
+                    aten.reshape.default, aten.expand.default})
 
 
 def is_zero(gm: GraphModule, node: object) -> bool:
-    """``node`` is a tensor of zeros known before run time: ``zeros``, ``full(0)`` or an all-zero constant."""
+    """``node`` is a tensor of zeros known before run time: ``zeros``, ``full(0)`` or an all-zero constant,
+    or a view of one (an unbatched cell's ``zeros(H)`` reaches it unsqueezed)."""
     if not isinstance(node, Node):
         return False
+    while node.op == "call_function" and node.target in _VIEWS and isinstance(node.args[0], Node):
+        node = node.args[0]
     if node.op == "call_function" and node.target in _ZERO_FILLS:
         return True
     if node.op == "call_function" and node.target in _FILLS:

@@ -73,6 +73,24 @@ def test_passes_remove_their_ops_and_keep_the_outputs(model, shape):
     torch.testing.assert_close(gm(x), expected, rtol=1e-5, atol=1e-5)
 
 
+class Stacks(nn.Module):
+    """torch.stack along the first dim, a middle one and a new last one (negative), of [2, 3, 4] values."""
+
+    def forward(self, x):
+        a, b = torch.relu(x), x * 2
+        return torch.stack([a, b]), torch.stack([a, b, x], 1), torch.stack([a, b], -1)
+
+
+def test_a_stack_becomes_a_concatenation_and_views_with_the_same_values():
+    x = torch.randn(2, 3, 4)
+    model = Stacks().eval()
+    gm = run_aten_passes(torch.export.export(model, (x,)).module(check_guards=False))
+    targets = _targets(gm)
+    assert aten.stack.default not in targets and targets.count(aten.cat.default) == 3
+    for got, expected in zip(gm(x), model(x), strict=True):
+        assert torch.equal(got, expected)
+
+
 def test_division_becomes_multiplication_by_the_reciprocal():
     class Div(nn.Module):
         def forward(self, x):

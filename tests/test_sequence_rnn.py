@@ -289,6 +289,39 @@ def test_an_unbatched_recurrence_is_int8(form, target):
     check_case(result, cal[1])
 
 
+class StackedStates(nn.Module):
+    """A hand-written LSTMCell loop that keeps every step's output with ``torch.stack`` and returns its state
+    stacked, as a streaming model (Silero VAD) does: ``stack([h, c])``, fed back on the next call."""
+
+    def __init__(self, hidden=16):
+        super().__init__()
+        self.cell = nn.LSTMCell(FEATURES, hidden)
+        self.fc = nn.Linear(hidden, 4)
+
+    def forward(self, x, state):
+        h, c = state[0], state[1]
+        outputs = []
+        for t in range(x.shape[1]):
+            h, c = self.cell(x[:, t], (h, c))
+            outputs.append(h)
+        return self.fc(torch.stack(outputs, 1)), torch.stack([h, c])
+
+
+@pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
+def test_stacked_outputs_and_states_are_int8(target):
+    """torch.stack had no int8 rule: the stacked states ran as float cat and view ops on the CPU, after the
+    NPU partition. A stack is now a concatenation and a view: one partition on the NPU, no float op."""
+    generator = torch.Generator().manual_seed(0)
+    cal = [(torch.randn(1, STEPS, FEATURES, generator=generator), torch.randn(2, 1, 16, generator=generator))
+           for _ in range(8)]
+    torch.manual_seed(0)
+    result = compile(StackedStates().eval(), cal[0], target, cal, CompileOptions(show_progress=False))
+    summary = result.report["summary"]
+    assert summary["ops_cpu_float"] == 0, [op["op"] for op in result.report["ops"] if op["execution"] == "cpu float"]
+    assert summary["partitions"] == (1 if target == "imxrt700" else 0)
+    check_case(result, cal[1])
+
+
 @pytest.mark.parametrize("name", ["gru", "lstm_2_layers", "gru_cell", "lstm_cell"])
 def test_recurrent_kws_is_int8_on_the_cpu(name):
     """int8 on the CPU, TFLM's numbers; the steps read one copy of each weight (pt2e's convert had made one

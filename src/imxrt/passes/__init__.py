@@ -14,6 +14,7 @@ from imxrt.passes.convert_matmul_to_bmm import ConvertMatmulToBmmPass
 from imxrt.passes.convert_pad_to_core_op import ConvertPadToCoreOpPass
 from imxrt.passes.convert_scalar_operands_to_float import ConvertScalarOperandsToFloatPass
 from imxrt.passes.convert_split_to_slices import ConvertSplitToSlicesPass
+from imxrt.passes.convert_stack_to_cat import ConvertStackToCatPass
 from imxrt.passes.decompose_attention import DecomposeAttentionPass
 from imxrt.passes.decompose_gelu import DecomposeGeluPass
 from imxrt.passes.decompose_hardsigmoid import DecomposeHardsigmoidPass
@@ -44,7 +45,8 @@ from imxrt.passes.unshare_parameters import UnshareParametersPass
 # matmul, as its non-linear form is an mm of two activations; attention (SDPA) decomposes before matmuls
 # become bmm, and the batch views bmm leaves sink right after, so attention scores stay rank 3 (and a softmax
 # a bmm reads is rescaled to zero point 0 before its scalar 1 becomes a constant); parameters are
-# unshared last, after the passes that read or replace them, so each use is quantized at its own scale.
+# unshared last, after the passes that read or replace them, so each use is quantized at its own scale;
+# splits and stacks become slices and concatenations just before, whatever made them.
 ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, UnrollRecurrentLayersPass, AddBatchDimensionPass,
                FoldBatchNormPass,
                FoldHardsigmoidPass, FoldLayerNormAffinePass, DecomposeLayerNormPass, DecomposeGeluPass,
@@ -52,7 +54,7 @@ ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, UnrollRecurrentLayersP
                Convert1dOpsTo2dPass, SinkSqueezePass, ConvertAddmmToLinearPass, DecomposeAttentionPass,
                ConvertMatmulToBmmPass, SinkBatchViewsPass, RescaleBatchMatmulOperandsPass,
                ConvertClampTensorPass, ConvertDivToMulPass, ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass,
-               ConvertSplitToSlicesPass, UnshareParametersPass)
+               ConvertSplitToSlicesPass, ConvertStackToCatPass, UnshareParametersPass)
 
 # Passes for targets with an NPU only: they trade a CPU kernel (one table) for ops the NPU runs.
 NPU_ATEN_PASSES = (DecomposeGeluPass, DecomposeHardsigmoidPass, DecomposeSiluPass, RescaleBatchMatmulOperandsPass)

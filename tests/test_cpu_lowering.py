@@ -261,8 +261,8 @@ def test_an_op_without_int8_kernel_stays_float_and_says_why():
 
 
 class TokenMean(nn.Module):
-    """A mean over the steps or tokens of [B, T, F] (a sequence encoder's or a ViT's pooling), with and
-    without keepdim, by a positive and a negative dim."""
+    """Means over one dim of a [B, T, F] sequence: its tokens, with and without keepdim, by a positive and a
+    negative dim; its features; and over the steps of a [B, T] signal (a streaming VAD's last mean)."""
 
     def __init__(self):
         super().__init__()
@@ -270,18 +270,44 @@ class TokenMean(nn.Module):
 
     def forward(self, x):
         y = self.fc(x)
-        return torch.relu(y).mean(1), y.mean(-2, keepdim=True)
+        return torch.relu(y).mean(1), y.mean(-2, keepdim=True), y.mean(-1), torch.sigmoid(y[..., 0]).mean(1)
 
 
-def test_a_mean_over_the_tokens_of_a_sequence_is_an_int8_average_pool():
-    """[B, T, F] holds the bytes of a one-channel image [B, 1, T, F] (its NCHW and NHWC orders agree), so a
-    mean over T is one quantized_avg_pool2d by a T x 1 window between two views; it had run in float on the
-    CPU. The program is within the rounding bound of the quantized one, and its dim orders are the kernels'."""
+def test_a_mean_over_one_dim_of_a_sequence_is_an_int8_average_pool():
+    """A [B, T, F] tensor holds the bytes of the one-channel image [1, 1, B * T, F] (its NCHW and NHWC orders
+    agree), so a mean over T is one quantized_avg_pool2d by a T x 1 window moved by T rows, between two views,
+    in a batch of one as CMSIS-NN's average pool takes; it had run in float on the CPU. The program is
+    within the rounding bound of the quantized one, and its dim orders are the kernels'."""
     generator = torch.Generator().manual_seed(0)
     data = [(torch.randn(2, 7, 8, generator=generator),) for _ in range(8)]
     result = compile(TokenMean().eval(), data[0], "imxrt700-cpu", data, CompileOptions(show_progress=False))
     means = [op for op in result.report["ops"] if op["op"] == "aten.mean.dim"]
     assert means and all(op["execution"] == "cpu int8" for op in means), means
+    assert sum(op["kernel"] == "cortex_m.quantized_avg_pool2d.default" for op in means) == 4
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    for inputs in data[:2]:
+        check_case(result, inputs)
+
+
+class RowAndColumnMeans(nn.Module):
+    """Means over W alone and over H alone (keepdim) of an image: what a 1-D net's final mean over time
+    becomes once its convolutions are 2-D."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        return y.mean(3), y.mean(-2, keepdim=True)
+
+
+def test_a_mean_over_the_rows_or_columns_of_an_image_is_an_int8_average_pool():
+    """A 1 x W (H x 1) window; it had run in float on the CPU."""
+    generator = torch.Generator().manual_seed(0)
+    data = [(torch.randn(1, 3, 5, 6, generator=generator),) for _ in range(8)]
+    result = compile(RowAndColumnMeans().eval(), data[0], "imxrt700-cpu", data, CompileOptions(show_progress=False))
+    means = [op for op in result.report["ops"] if op["op"] == "aten.mean.dim"]
     assert sum(op["kernel"] == "cortex_m.quantized_avg_pool2d.default" for op in means) == 2
     assert result.report["summary"]["ops_cpu_float"] == 0
     for inputs in data[:2]:

@@ -148,6 +148,40 @@ def test_pad_modes_become_core_ops_and_int_scalars_become_floats():
     torch.testing.assert_close(gm(x), expected)
 
 
+class OneDimReflectPads(nn.Module):
+    """Reflect pads of a [N, C, L] signal and of an unbatched [C, L] waveform (F.pad of the last dim)."""
+
+    def forward(self, x, wave):
+        return nn.functional.pad(x, (2, 1), mode="reflect"), nn.functional.pad(wave, (0, 3), mode="reflect")
+
+
+def test_a_1d_reflection_pad_becomes_the_2d_one_over_a_height_of_1():
+    """Neutron has MIRROR_PAD as the 2-D pad only: reflection_pad1d had stayed on the CPU between partitions."""
+    inputs = (torch.randn(2, 3, 6), torch.randn(1, 9))
+    gm = run_aten_passes(torch.export.export(OneDimReflectPads(), inputs).module(check_guards=False))
+    targets = _targets(gm)
+    assert aten.reflection_pad1d.default not in targets and targets.count(aten.reflection_pad2d.default) == 2
+    for got, expected in zip(gm(*inputs), OneDimReflectPads()(*inputs), strict=True):
+        assert torch.equal(got, expected)
+
+
+class Squares(nn.Module):
+    def forward(self, x):
+        return x ** 2 + torch.square(x) + x.pow(3)
+
+
+@pytest.mark.parametrize("npu", [True, False])
+def test_a_square_is_a_product_on_targets_with_an_npu(npu):
+    """x ** 2 and square(x) become x * x where the NPU runs MUL (it has no POW kernel); a CPU-only target keeps
+    them whole (one table); other powers stay."""
+    x = torch.randn(2, 5)
+    gm = run_aten_passes(torch.export.export(Squares(), (x,)).module(check_guards=False), npu=npu)
+    targets = _targets(gm)
+    squares = [t for t in targets if t in (aten.pow.Tensor_Scalar, aten.square.default)]
+    assert len(squares) == (1 if npu else 3)
+    torch.testing.assert_close(gm(x), Squares()(x))
+
+
 class _Constants(nn.Module):
     """Reads six constants: two equal int8 tensors, one of them under another dtype, a different one, and
     0.0 beside -0.0 (equal as numbers, not as bytes)."""

@@ -322,6 +322,30 @@ def test_stacked_outputs_and_states_are_int8(target):
     check_case(result, cal[1])
 
 
+@pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
+def test_executorchs_silero_vad_example_is_int8(target):
+    """ExecuTorch's own Silero VAD (examples/models/silero_vad, random weights): a reflect-padded waveform, a
+    strided STFT convolution, |X| as sqrt(re² + im²), a 1-D CNN, an LSTMCell from a given state, a stacked
+    state out and a mean. Every op runs in int8: the 1-D reflection pad is MIRROR_PAD and the squares MUL on
+    the NPU (they had been CPU ops splitting it into 3 partitions), only the sqrt (no Neutron kernel) runs
+    between the two partitions as a CPU table; the stacked state and the CPU target's last mean over time had
+    been float."""
+    from executorch.examples.models.silero_vad.export_silero_vad import SileroVAD16k
+
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
+    cal = [(torch.randn(1, 576, generator=generator) * 0.3, torch.randn(2, 1, 128, generator=generator) * 0.5)
+           for _ in range(6)]
+    result = compile(SileroVAD16k().eval(), cal[0], target, cal, CompileOptions(show_progress=False))
+    summary = result.report["summary"]
+    assert summary["ops_cpu_float"] == 0, [op["op"] for op in result.report["ops"] if op["execution"] == "cpu float"]
+    if target == "imxrt700":
+        cpu = {op["op"] for op in result.report["ops"] if op["placement"] != "npu" and "quantize" not in op["op"]}
+        assert summary["partitions"] == 2 and cpu == {"aten.sqrt.default"}, cpu
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+
+
 @pytest.mark.parametrize("name", ["gru", "lstm_2_layers", "gru_cell", "lstm_cell"])
 def test_recurrent_kws_is_int8_on_the_cpu(name):
     """int8 on the CPU, TFLM's numbers; the steps read one copy of each weight (pt2e's convert had made one

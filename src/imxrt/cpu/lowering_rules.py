@@ -640,34 +640,38 @@ def lower_adaptive_avg_pool(rw: Rewrite) -> Node:
 
 
 def lower_spatial_mean(rw: Rewrite) -> Node:
-    """mean over H and W of a rank-4 tensor, or over the time / token dim of a rank-3 [B, T, F] one ->
-    one quantized_avg_pool2d over the whole window (plus a view without keepdim). Its rounding is
-    AVERAGE_POOL_2D's (the sum divided by the count, halves away from zero), not TFLM MEAN's fixed-point
-    1 / count: the two can differ by 1 LSB."""
+    """mean over H and W, H or W of a rank-4 tensor, or over one dim of a rank-2 or rank-3 one (a sequence's
+    steps or tokens, its features) -> one quantized_avg_pool2d over the whole window (plus a view without
+    keepdim). Its rounding is AVERAGE_POOL_2D's (the sum divided by the count, halves away from zero), not
+    TFLM MEAN's fixed-point 1 / count: the two can differ by 1 LSB."""
     x_dq = rw.anchor.args[0]
     shape = shape_of(x_dq)
     dims = _arg(rw.anchor, 1, "dim") or list(range(len(shape)))  # None or []: every dimension
     if _arg(rw.anchor, 3, "dtype") is not None:
         raise NotLowered("mean with a dtype")
-    if len(shape) == 3 and [int(d) % 3 for d in dims] == [1]:
-        return _sequence_mean(rw, x_dq, shape)
-    if len(shape) != 4 or sorted(int(d) % 4 for d in dims) != [2, 3]:
-        raise NotLowered(f"mean over dims {list(dims)} of a rank-{len(shape)} tensor (only H and W of a "
-                         "rank-4 tensor, or dim 1 of a rank-3 one, is an average pool)")
-    kernel = [shape[2], shape[3]]
+    if len(shape) in (2, 3) and len(dims) == 1:
+        return _single_dim_mean(rw, x_dq, shape, int(dims[0]) % len(shape))
+    spatial = sorted(int(d) % 4 for d in dims) if len(shape) == 4 else None
+    if spatial not in ([2, 3], [2], [3]):
+        raise NotLowered(f"mean over dims {list(dims)} of a rank-{len(shape)} tensor (only H and / or W of a "
+                         "rank-4 tensor, or one dim of a rank-2 or rank-3 one, is an average pool)")
+    kernel = [shape[2] if 2 in spatial else 1, shape[3] if 3 in spatial else 1]
     if _arg(rw.anchor, 2, "keepdim", False):
         return _avg_pool(rw, x_dq, kernel, kernel, [0, 0], False)
-    pooled = _avg_pool(rw, x_dq, kernel, kernel, [0, 0], False, val=rw.like((shape[0], shape[1], 1, 1)))
+    pooled_shape = (shape[0], shape[1], shape[2] // kernel[0], shape[3] // kernel[1])
+    pooled = _avg_pool(rw, x_dq, kernel, kernel, [0, 0], False, val=rw.like(pooled_shape))
     return rw.emit(edge.view_copy.default, (pooled, list(shape_of(rw.cluster.quantizes[0]))))
 
 
-def _sequence_mean(rw: Rewrite, x_dq: Node, shape: tuple) -> Node:
-    """mean over T of [B, T, F] (a sequence's steps, a transformer's tokens): the same bytes are a
-    one-channel image [B, 1, T, F], whose NCHW and NHWC orders agree, pooled by a T x 1 window."""
-    batch, time, features = shape
-    image = (batch, 1, time, features)
+def _single_dim_mean(rw: Rewrite, x_dq: Node, shape: tuple, dim: int) -> Node:
+    """mean over dim d of a contiguous tensor (a [B, T, F] sequence's steps or features): its bytes are the
+    one-channel image [1, 1, outer * D, inner], whose NCHW and NHWC orders agree, and the mean is a D x 1
+    window moved by D rows, one window per outer index. Batch 1: CMSIS-NN's arm_avgpool_s8 takes no
+    batch dim."""
+    outer, size, inner = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])
+    image = (1, 1, outer * size, inner)
     x = rw.emit(edge.view_copy.default, (rw.int8(x_dq), list(image)), val=rw.like(image))
-    pooled = _avg_pool(rw, x_dq, [time, 1], [time, 1], [0, 0], False, val=rw.like((batch, 1, 1, features)),
+    pooled = _avg_pool(rw, x_dq, [size, 1], [size, 1], [0, 0], False, val=rw.like((1, 1, outer, inner)),
                        viewed=(x, image))
     return rw.emit(edge.view_copy.default, (pooled, list(shape_of(rw.cluster.quantizes[0]))))
 

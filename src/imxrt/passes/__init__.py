@@ -20,6 +20,7 @@ from imxrt.passes.decompose_gelu import DecomposeGeluPass
 from imxrt.passes.decompose_hardsigmoid import DecomposeHardsigmoidPass
 from imxrt.passes.decompose_layer_norm import DecomposeLayerNormPass
 from imxrt.passes.decompose_silu import DecomposeSiluPass
+from imxrt.passes.decompose_square import DecomposeSquarePass
 from imxrt.passes.fold_batch_norm import FoldBatchNormPass
 from imxrt.passes.fold_hardsigmoid import FoldHardsigmoidPass
 from imxrt.passes.fold_layer_norm_affine import FoldLayerNormAffinePass
@@ -40,7 +41,8 @@ from imxrt.passes.unshare_parameters import UnshareParametersPass
 # hardsigmoid folds into the conv (a BN between them would block it) and only the hardsigmoids left decompose;
 # a layer norm's affine map folds into the linear layers reading it before the norm decomposes (after that
 # it is a mul and an add no pass recognises);
-# the decompositions go before scalar operands become constants; the squeezes the 1-D conversions leave
+# the decompositions go before scalar operands become constants; F.pad becomes the core op of its mode before
+# the 1-D conversions, which turn a 1-D reflection pad into the 2-D one; the squeezes the 1-D conversions leave
 # sink right after them, so a 1-D net's activations and pools meet on rank-4 values; addmm goes before
 # matmul, as its non-linear form is an mm of two activations; attention (SDPA) decomposes before matmuls
 # become bmm, and the batch views bmm leaves sink right after, so attention scores stay rank 3 (and a softmax
@@ -50,14 +52,15 @@ from imxrt.passes.unshare_parameters import UnshareParametersPass
 ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, UnrollRecurrentLayersPass, AddBatchDimensionPass,
                FoldBatchNormPass,
                FoldHardsigmoidPass, FoldLayerNormAffinePass, DecomposeLayerNormPass, DecomposeGeluPass,
-               DecomposeHardsigmoidPass, DecomposeSiluPass, ConvertConv1dToConv2dPass,
-               Convert1dOpsTo2dPass, SinkSqueezePass, ConvertAddmmToLinearPass, DecomposeAttentionPass,
-               ConvertMatmulToBmmPass, SinkBatchViewsPass, RescaleBatchMatmulOperandsPass,
-               ConvertClampTensorPass, ConvertDivToMulPass, ConvertScalarOperandsToFloatPass, ConvertPadToCoreOpPass,
+               DecomposeHardsigmoidPass, DecomposeSiluPass, DecomposeSquarePass, ConvertPadToCoreOpPass,
+               ConvertConv1dToConv2dPass, Convert1dOpsTo2dPass, SinkSqueezePass, ConvertAddmmToLinearPass,
+               DecomposeAttentionPass, ConvertMatmulToBmmPass, SinkBatchViewsPass, RescaleBatchMatmulOperandsPass,
+               ConvertClampTensorPass, ConvertDivToMulPass, ConvertScalarOperandsToFloatPass,
                ConvertSplitToSlicesPass, ConvertStackToCatPass, UnshareParametersPass)
 
 # Passes for targets with an NPU only: they trade a CPU kernel (one table) for ops the NPU runs.
-NPU_ATEN_PASSES = (DecomposeGeluPass, DecomposeHardsigmoidPass, DecomposeSiluPass, RescaleBatchMatmulOperandsPass)
+NPU_ATEN_PASSES = (DecomposeGeluPass, DecomposeHardsigmoidPass, DecomposeSiluPass, DecomposeSquarePass,
+                   RescaleBatchMatmulOperandsPass)
 
 # Run by to_edge_transform_and_lower after decomposition, before the partitioners see the graph.
 EDGE_PASSES = (RemoveIdentityCopiesPass,)

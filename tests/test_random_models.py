@@ -44,6 +44,15 @@ def test_random_sequence_models_compile_and_match_tflm(target):
     assert [row["outcome"] for row in rows] == ["ok"] * 2, rows
 
 
+def test_movement_chains_that_vanish_in_a_row_leave_no_dangling_tensor():
+    """Seed 2118: a gated value (also a model output) shuffled twice, 2 channels in 2 groups, then padded and
+    max-pooled. The LiteRT lowering drops a movement chain that does nothing and renames its output to its
+    input; the second shuffle's chain started at the first one's dropped output, so the PADV2 read a tensor no
+    operator wrote, and the host runtime failed on the file."""
+    rows = random_models.run_batch(2118, 1, "imxrt700", timeout=300)
+    assert [row["outcome"] for row in rows] == ["ok"], rows
+
+
 def test_a_crashing_case_is_recorded_and_the_rest_run(monkeypatch):
     """Case 1 aborts its worker (os.abort, as an oracle's TFLITE_CHECK does): it is that case's crash, and
     case 2 runs in a new worker."""

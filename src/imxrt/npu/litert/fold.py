@@ -57,7 +57,8 @@ def fold_data_movement(ctx: LoweringContext) -> None:
     for chain in chains:
         if len(chain) < 2:
             continue
-        first_input, last_output = chain[0].inputs[0], chain[-1].outputs[0]
+        # a chain may start where an earlier one vanished (two channel shuffles that each permute nothing)
+        first_input, last_output = renamed.get(id(chain[0].inputs[0]), chain[0].inputs[0]), chain[-1].outputs[0]
         steps = layout.simplify(first_input.shape, [_step(op) for op in chain])
         if len(steps) >= len(chain):
             continue

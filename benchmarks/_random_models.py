@@ -129,17 +129,40 @@ def _draw(rnd: random.Random, values: list[Shape], source: int) -> tuple[Step, S
     return None
 
 
-class RandomModel(nn.Module):
-    def __init__(self, recipe: Recipe, head: nn.Module | None):
+def draw_chain(rnd: random.Random, recipe: Recipe, values: list, draw: Callable, most: int) -> None:
+    """Append 2 to ``most`` drawn steps, each reading the last value, to ``recipe`` and their values' shapes to
+    ``values``; a drawn kind that does not fit its value (``draw`` gives None) is left out."""
+    for _ in range(rnd.randint(2, most)):
+        drawn = draw(rnd, values, len(values) - 1)
+        if drawn is not None:
+            recipe.steps.append(drawn[0])
+            values.append(drawn[1])
+
+
+class ChainModel(nn.Module):
+    """A recipe's steps run in order: ``apply(step, values)`` computes a step from the values before it (the
+    input first); a subclass's ``forward`` reads its head from them."""
+
+    def __init__(self, recipe: Recipe, head: nn.Module | None,
+                 apply: Callable[[Step, list[torch.Tensor]], torch.Tensor]):
         super().__init__()
-        self.recipe = recipe
+        self.recipe, self.apply_step = recipe, apply
         self.layers = nn.ModuleList(s.module for s in recipe.steps if s.module is not None)
         self.head = head
 
-    def forward(self, x):
+    def values(self, x: torch.Tensor) -> list[torch.Tensor]:
         values = [x]
         for step in self.recipe.steps:
-            values.append(_apply(step, values))
+            values.append(self.apply_step(step, values))
+        return values
+
+
+class RandomModel(ChainModel):
+    def __init__(self, recipe: Recipe, head: nn.Module | None):
+        super().__init__(recipe, head, _apply)
+
+    def forward(self, x):
+        values = self.values(x)
         y = values[-1]
         if self.recipe.head == "linear":
             return self.head(y.flatten(1))
@@ -198,11 +221,7 @@ def build(seed: int) -> tuple[RandomModel, Recipe]:
     w = rnd.choice([h, rnd.randint(3, 14)])
     recipe = Recipe((1, c, h, w))
     values: list[Shape] = [(c, h, w)]
-    for _ in range(rnd.randint(2, 7)):
-        drawn = _draw(rnd, values, len(values) - 1)
-        if drawn is not None:
-            recipe.steps.append(drawn[0])
-            values.append(drawn[1])
+    draw_chain(rnd, recipe, values, _draw, 7)
     recipe.head = rnd.choice(["none", "linear", "softmax", "two outputs"])
     features = values[-1][0] * values[-1][1] * values[-1][2]
     if recipe.head == "linear" and features > 4096:

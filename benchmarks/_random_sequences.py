@@ -16,7 +16,7 @@ import random
 
 import torch
 import torch.nn.functional as F
-from _random_models import ACTIVATIONS, Recipe, Step
+from _random_models import ACTIVATIONS, ChainModel, Recipe, Step, draw_chain
 from torch import nn
 
 Shape = tuple[int, int]  # T, F of a [1, T, F] value
@@ -126,18 +126,12 @@ def _draw(rnd: random.Random, values: list[Shape], source: int) -> tuple[Step, S
     return None
 
 
-class RandomSequenceModel(nn.Module):
+class RandomSequenceModel(ChainModel):
     def __init__(self, recipe: Recipe, head: nn.Module | None):
-        super().__init__()
-        self.recipe = recipe
-        self.layers = nn.ModuleList(s.module for s in recipe.steps if s.module is not None)
-        self.head = head
+        super().__init__(recipe, head, _apply)
 
     def forward(self, x):
-        values = [x]
-        for step in self.recipe.steps:
-            values.append(_apply(step, values))
-        y = values[-1]
+        y = self.values(x)[-1]
         if self.recipe.head == "linear":
             return self.head(y.flatten(1))
         if self.recipe.head == "last linear":
@@ -178,11 +172,7 @@ def build(seed: int) -> tuple[RandomSequenceModel, Recipe]:
     t, f = rnd.randint(1, 12), rnd.choice([1, 2, 4, 8, 10, 16])
     recipe = Recipe((1, t, f))
     values: list[Shape] = [(t, f)]
-    for _ in range(rnd.randint(2, 6)):
-        drawn = _draw(rnd, values, len(values) - 1)
-        if drawn is not None:
-            recipe.steps.append(drawn[0])
-            values.append(drawn[1])
+    draw_chain(rnd, recipe, values, _draw, 6)
     recipe.head = rnd.choice(["none", "linear", "last linear", "softmax"])
     t, f = values[-1]
     if recipe.head == "linear" and t * f > 4096:

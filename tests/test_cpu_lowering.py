@@ -276,14 +276,50 @@ class TokenMean(nn.Module):
 def test_a_mean_over_one_dim_of_a_sequence_is_an_int8_average_pool():
     """A [B, T, F] tensor holds the bytes of the one-channel image [1, 1, B * T, F] (its NCHW and NHWC orders
     agree), so a mean over T is one quantized_avg_pool2d by a T x 1 window moved by T rows, between two views,
-    in a batch of one as CMSIS-NN's average pool takes; it had run in float on the CPU. The program is
-    within the rounding bound of the quantized one, and its dim orders are the kernels'."""
+    a batch of one; it had run in float on the CPU. The program is within the rounding bound of the quantized
+    one, and its dim orders are the kernels'."""
     generator = torch.Generator().manual_seed(0)
     data = [(torch.randn(2, 7, 8, generator=generator),) for _ in range(8)]
     result = compile(TokenMean().eval(), data[0], "imxrt700-cpu", data, CompileOptions(show_progress=False))
     means = [op for op in result.report["ops"] if op["op"] == "aten.mean.dim"]
     assert means and all(op["execution"] == "cpu int8" for op in means), means
     assert sum(op["kernel"] == "cortex_m.quantized_avg_pool2d.default" for op in means) == 4
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    for inputs in data[:2]:
+        check_case(result, inputs)
+
+
+class Sums(nn.Module):
+    """Sums users write: attention pooling over a sequence's tokens (softmax weights times the states, summed
+    over T), a sum over the features of a sequence, over H and W of an image (keepdim), over every dim, and
+    over the channels of a rank-5 tensor (a transpose at its collapsed rank first), and over H and W of a
+    convolution's channels_last output."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 6)
+        self.score = nn.Linear(6, 1)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        h = torch.tanh(self.fc(x))
+        pooled = (torch.softmax(self.score(h), dim=1) * h).sum(dim=1)
+        image = h.reshape(2, 3, 7, 2)
+        return (pooled, torch.relu(h.sum(-1)), image.sum((2, 3), keepdim=True), h.sum(),
+                h.reshape(2, 7, 3, 2, 1).sum(2), self.conv(image).sum((2, 3)))
+
+
+def test_a_sum_is_an_int8_fully_connected_layer_by_a_weight_of_ones():
+    """A sum is quantized_linear by ones [1, D] on the summed dims moved last: the exact int32 sum, requantized
+    once. It had run in float on the CPU (attention pooling on imxrt700-cpu); the program is within the
+    rounding bound of the quantized one."""
+    generator = torch.Generator().manual_seed(0)
+    data = [(torch.randn(2, 7, 8, generator=generator),) for _ in range(8)]
+    result = compile(Sums().eval(), data[0], "imxrt700-cpu", data, CompileOptions(show_progress=False))
+    sums = [op for op in result.report["ops"] if op["op"] == "aten.sum.dim_IntList"]
+    assert sums and all(op["execution"] == "cpu int8" for op in sums), sums
+    assert sum(op["kernel"] == "cortex_m.quantized_linear.default" for op in sums) == 6
+    assert sum(op["kernel"] == "cortex_m.transpose.default" for op in sums) == 2  # the tokens; rank 5
     assert result.report["summary"]["ops_cpu_float"] == 0
     for inputs in data[:2]:
         check_case(result, inputs)

@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 from edge_graphs import int8_edge_program, nodes_named
 
-from imxrt.passes.qdq import find_clusters, is_dequantize, qparams_of_dequantize, qparams_of_quantize
+from imxrt.passes.qdq import find_clusters, qparams_of_dequantize, qparams_of_quantize
 
 
 def _calibration(*shapes, scale=1.0, count=8):
@@ -86,28 +86,36 @@ def test_device_rules_compose_into_one_set_and_a_disagreement_raises():
     combined, cpu_only = rules.rules_for(get_target("imxrt700")), rules.rules_for(get_target("imxrt700-cpu"))
     assert set(combined) == set(rules.NPU_RULES) | set(rules.CPU_RULES)
     assert aten.gelu.default in combined and aten.gelu.default not in rules.NPU_RULES  # CPU LUT only
-    assert aten.sum.dim_IntList in combined and aten.sum.dim_IntList not in cpu_only  # NPU SUM; no CMSIS-NN
+    assert aten.prelu.default in combined and aten.prelu.default not in cpu_only  # NPU PRELU; no CMSIS-NN
     assert aten.sub.Tensor in cpu_only  # quantized_add with the second multiplier negated
     assert cpu_only == rules.CPU_RULES
     with pytest.raises(ValueError, match="disagree"):
         rules.compose({aten.tanh.default: rules.Compute()}, {aten.tanh.default: rules.FixedOutput(1 / 128, 0)})
 
 
-class SumElu(nn.Module):
+class PreluElu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.prelu = nn.PReLU()
+
     def forward(self, x, y):
-        return torch.nn.functional.elu(x), torch.sum(y, -1)
+        return torch.nn.functional.elu(x), self.prelu(y)
 
 
-@pytest.mark.parametrize(("target", "sum_is_int8"), [("imxrt700", True), ("imxrt700-cpu", False)])
-def test_an_op_only_the_npu_runs_in_int8_stays_float_on_a_cpu_only_target(target, sum_is_int8):
+@pytest.mark.parametrize(("target", "prelu_is_int8"), [("imxrt700", True), ("imxrt700-cpu", False)])
+def test_an_op_only_the_npu_runs_in_int8_stays_float_on_a_cpu_only_target(target, prelu_is_int8):
+    from imxrt.pipeline import CompileOptions, export, quantize
     from imxrt.targets import get_target
 
     data = _calibration((1, 16), (1, 16))
-    program = int8_edge_program(SumElu(), data[0], data, target=get_target(target))
-    (reduction,) = nodes_named(program, "aten.sum.dim_IntList")
-    (elu,) = nodes_named(program, "aten.elu.default")
-    assert is_dequantize(reduction.args[0]) == sum_is_int8
-    assert is_dequantize(elu.args[0])  # elu is an int8 table lookup on both
+    # the quantized program, where a float prelu is still one node (to_edge decomposes it)
+    program = quantize(export(PreluElu(), data[0]), data[0], data, CompileOptions(show_progress=False),
+                       get_target(target))
+    (prelu,) = nodes_named(program, "prelu.default")
+    (elu,) = nodes_named(program, "elu.default")
+    dequantize = torch.ops.quantized_decomposed.dequantize_per_tensor.default
+    assert (prelu.args[0].target == dequantize) == prelu_is_int8
+    assert elu.args[0].target == dequantize  # elu is an int8 table lookup on both
 
 
 class AddRelu(nn.Module):

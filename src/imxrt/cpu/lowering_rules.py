@@ -265,9 +265,11 @@ def _transpose_conv(rw: Rewrite, x, w_dq, b_dq, in_shape, out_shape, q_in, out, 
 # --- fully connected and matmul ------------------------------------------------------------------------------
 
 def _fully_connected(rw: Rewrite, x_dq: Node, weight: torch.Tensor, weight_node: Node | None,
-                     scales: np.ndarray, bias: Node | None) -> Node:
-    """quantized_linear on a [out, in] int8 weight; on MVE the bias folds into a constant kernel_sum."""
-    x, q_in, out = rw.int8(x_dq), rw.qparams(x_dq), rw.output_qparams()
+                     scales: np.ndarray, bias: Node | None, viewed: Node | None = None,
+                     val: torch.Tensor | None = None) -> Node:
+    """quantized_linear on a [out, in] int8 weight; on MVE the bias folds into a constant kernel_sum.
+    ``viewed``: read this int8 node, a rearrangement of ``x_dq``'s values, instead of them."""
+    x, q_in, out = viewed if viewed is not None else rw.int8(x_dq), rw.qparams(x_dq), rw.output_qparams()
     act_min, act_max = rw.activation_range(out)
     if len(set(scales.tolist())) == 1:
         # A per-tensor weight (the quantizer's linear): the stock kernel takes one multiplier, computed as
@@ -285,7 +287,7 @@ def _fully_connected(rw: Rewrite, x_dq: Node, weight: torch.Tensor, weight_node:
         kernel_sum, bias = rw.constant("kernel_sum", sums.to(torch.int32)), None
     args = (x, weights, bias, kernel_sum, -q_in.zero_point, 0, out.zero_point,
             [int(m) for m in multipliers], [int(s) for s in shifts], act_max, act_min)  # max before min
-    return rw.emit(cortex_m("quantized_linear"), args)
+    return rw.emit(cortex_m("quantized_linear"), args, val=val)
 
 
 def lower_linear(rw: Rewrite) -> Node:
@@ -303,6 +305,28 @@ def lower_mm(rw: Rewrite) -> Node:
         raise NotLowered("the right operand is not a constant weight (two activations need bmm)")
     weight, scales = rw.weight(w_dq, axis=1)
     return _fully_connected(rw, x_dq, weight.t(), None, scales, None)
+
+
+def lower_sum(rw: Rewrite) -> Node:
+    """sum over dims -> quantized_linear by a weight of ones [1, D] on the summed dims moved last and
+    flattened ([outer, D]; a transpose first where they are not last already): the int32 accumulator holds
+    the exact sum, requantized once to the output scale, as TFLM's int8 SUM does. CMSIS-NN has no
+    reduction kernel, and an average pool would round the mean to an int8 step first."""
+    x_dq = rw.anchor.args[0]
+    shape = shape_of(x_dq)
+    rank = len(shape)
+    if _arg(rw.anchor, 3, "dtype") is not None:
+        raise NotLowered("sum with a dtype")
+    dims = sorted({int(d) % rank for d in (_arg(rw.anchor, 1, "dim") or range(rank))})
+    kept = [d for d in range(rank) if d not in dims]
+    outer, size = math.prod(shape[d] for d in kept), math.prod(shape[d] for d in dims)
+    x = rw.int8(x_dq)
+    if kept + dims != list(range(rank)):
+        x = _moved(rw, x, shape, kept + dims)
+    x = rw.emit(edge.view_copy.default, (x, [outer, size]), val=rw.like((outer, size)))
+    ones = torch.ones(1, size, dtype=torch.int8)
+    summed = _fully_connected(rw, x_dq, ones, None, np.ones(1), None, viewed=x, val=rw.like((outer, 1)))
+    return rw.emit(edge.view_copy.default, (summed, list(shape_of(rw.cluster.quantizes[0]))))
 
 
 def lower_bmm(rw: Rewrite) -> Node:
@@ -666,8 +690,7 @@ def lower_spatial_mean(rw: Rewrite) -> Node:
 def _single_dim_mean(rw: Rewrite, x_dq: Node, shape: tuple, dim: int) -> Node:
     """mean over dim d of a contiguous tensor (a [B, T, F] sequence's steps or features): its bytes are the
     one-channel image [1, 1, outer * D, inner], whose NCHW and NHWC orders agree, and the mean is a D x 1
-    window moved by D rows, one window per outer index. Batch 1: CMSIS-NN's arm_avgpool_s8 takes no
-    batch dim."""
+    window moved by D rows, one window per outer index: every outer index is a row of one image."""
     outer, size, inner = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])
     image = (1, 1, outer * size, inner)
     x = rw.emit(edge.view_copy.default, (rw.int8(x_dq), list(image)), val=rw.like(image))
@@ -750,21 +773,26 @@ def lower_permute(rw: Rewrite) -> Node:
     x_dq, dims = rw.anchor.args[:2]
     rw.shared_qparams(x_dq)
     in_shape = shape_of(x_dq)
-    rank = len(in_shape)
-    perm = [int(d) % rank for d in dims]
-    x = rw.int8(x_dq)
-    if rank <= 4:
-        return rw.emit(cortex_m("transpose"), (x, perm))
+    perm = [int(d) % len(in_shape) for d in dims]
+    if len(in_shape) <= 4:
+        return rw.emit(cortex_m("transpose"), (rw.int8(x_dq), perm))
+    return _moved(rw, rw.int8(x_dq), in_shape, perm, val=rw.cluster.quantizes[0].meta["val"])
+
+
+def _moved(rw: Rewrite, x: Node, in_shape: tuple, perm: list[int], val: torch.Tensor | None = None) -> Node:
+    """The int8 node ``x`` permuted by ``perm``: a view where no bytes move, else a transpose at the lowest
+    rank that moves the same bytes (views around it)."""
+    out_shape = [in_shape[p] for p in perm]
+    val = val if val is not None else rw.like(out_shape)
     shape, small_perm = collapsed_permutation(in_shape, perm)
-    out_shape = list(shape_of(rw.cluster.quantizes[0]))
     if small_perm == sorted(small_perm):
-        return rw.emit(edge.view_copy.default, (x, out_shape))
+        return rw.emit(edge.view_copy.default, (x, out_shape), val=val)
     if len(shape) > 4:
-        raise NotLowered(f"transpose of a rank-{rank} tensor that is rank {len(shape)} at its lowest (the "
-                         "kernel takes rank <= 4)")
+        raise NotLowered(f"transpose of a rank-{len(in_shape)} tensor that is rank {len(shape)} at its lowest "
+                         "(the kernel takes rank <= 4)")
     x = rw.emit(edge.view_copy.default, (x, shape), val=rw.like(shape))
     moved = rw.emit(cortex_m("transpose"), (x, small_perm), val=rw.like([shape[p] for p in small_perm]))
-    return rw.emit(edge.view_copy.default, (moved, out_shape))
+    return rw.emit(edge.view_copy.default, (moved, out_shape), val=val)
 
 
 def lower_portable(rw: Rewrite) -> Node:
@@ -810,6 +838,7 @@ CPU_KERNELS: dict[object, CpuKernel] = {
     edge.avg_pool2d.default: CpuKernel("cortex_m::quantized_avg_pool2d", lower_avg_pool),
     edge._adaptive_avg_pool2d.default: CpuKernel("cortex_m::quantized_avg_pool2d", lower_adaptive_avg_pool),
     edge.mean.dim: CpuKernel("cortex_m::quantized_avg_pool2d", lower_spatial_mean),
+    edge.sum.dim_IntList: CpuKernel("cortex_m::quantized_linear (a weight of ones)", lower_sum),
     edge.max_pool2d.default: CpuKernel("cortex_m::quantized_max_pool2d", lower_max_pool),
     edge.max_pool2d_with_indices.default: CpuKernel("cortex_m::quantized_max_pool2d", lower_max_pool),
     edge.constant_pad_nd.default: CpuKernel("cortex_m::pad", lower_pad),

@@ -135,7 +135,7 @@ NPU_RULES: RuleTable = {
 
 # The ops the Cortex-M runs in int8 (the cortex_m kernels of reference/cortex_m.md, and data movement on
 # portable kernels): every elementwise unary op is one 256-entry table lookup there, so gelu is int8 too.
-# prelu, sum and bilinear upsampling have no CMSIS-NN kernel: on a CPU-only target they stay float rather
+# prelu and bilinear upsampling have no CMSIS-NN kernel: on a CPU-only target they stay float rather
 # than carry Q/DQ pairs around a float op. amax / amin pick values (shared qparams): portable kernels on int8.
 CPU_RULES: RuleTable = {
     aten.conv2d.default: Weighted(),
@@ -171,6 +171,9 @@ CPU_RULES: RuleTable = {
     aten.avg_pool2d.default: SharedWithInput(),
     aten.adaptive_avg_pool2d.default: SharedWithInput(),
     aten.mean.dim: SharedWithInput(),  # a mean over H and W is an average pool
+    # a sum is a fully connected layer by a weight of ones; shared qparams, as the NPU's SUM needs
+    aten.sum.dim_IntList: SharedWithInput(),
+    aten.sum.default: SharedWithInput(),
     aten.maximum.default: SharedWithInput(),
     aten.minimum.default: SharedWithInput(),
     aten.amax.default: SharedWithInput(),

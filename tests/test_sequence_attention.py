@@ -1,6 +1,7 @@
 """Attention as users write it (hand-written multi-head ``q @ k.transpose(-2, -1)``, ``nn.MultiheadAttention``
-in its forms, ``F.scaled_dot_product_attention`` with a mask): int8 end to end, one NPU partition with
-BATCH_MATMUL and SOFTMAX over the last dim, TFLM's numbers on the partition; int8 on the CPU-only target."""
+in its forms, ``F.scaled_dot_product_attention`` with a mask, keys shared by query heads): int8 end to end, one
+NPU partition with BATCH_MATMUL and SOFTMAX over the last dim, TFLM's numbers on the partition; int8 on the
+CPU-only target."""
 
 from collections import Counter
 
@@ -56,12 +57,35 @@ class MaskedSdpa(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias).transpose(1, 2).reshape(1, TOKENS, DIM)
 
 
+class SharedKeys(nn.Module):
+    """Keys and values shared by query heads: multi-query attention as MobileNetV4's mobile MQA passes it to
+    SDPA (one key head [B, 1, S, E] broadcast over the query heads), or grouped-query attention (``enable_gqa``,
+    two key heads for four query heads); optionally a constant mask per query head."""
+
+    def __init__(self, key_heads=1, mask=False):
+        super().__init__()
+        self.key_heads = key_heads
+        self.q, self.kv = nn.Linear(DIM, DIM), nn.Linear(DIM, 2 * key_heads * (DIM // HEADS))
+        self.register_buffer("bias", torch.randn(1, HEADS, TOKENS, TOKENS) if mask else None)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q = self.q(x).reshape(b, n, HEADS, c // HEADS).transpose(1, 2)
+        k, v = self.kv(x).reshape(b, n, 2, self.key_heads, c // HEADS).permute(2, 0, 3, 1, 4)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias, enable_gqa=self.key_heads > 1)
+        return x + o.transpose(1, 2).reshape(b, n, c)
+
+
 FORMS = {
     "hand_written": HandWritten,
     "multihead": Multihead,
     "multihead_weights": lambda: Multihead(need_weights=True),
     "multihead_sequence_first": lambda: Multihead(batch_first=False),
     "sdpa_mask": MaskedSdpa,
+    "multi_query": SharedKeys,
+    "multi_query_mask": lambda: SharedKeys(mask=True),
+    "grouped_query": lambda: SharedKeys(key_heads=2),
+    "grouped_query_mask": lambda: SharedKeys(key_heads=2, mask=True),
 }
 
 

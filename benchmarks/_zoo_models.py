@@ -153,6 +153,11 @@ FAMILIES: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], str]] = {
     # attention in a CNN (MobileViT: unfolded patches, transformer blocks, LayerNorm, SiLU) and a plain ViT
     "mobilevit": (lambda: _timm("mobilevit_xxs"), IMAGE, "timm"),
     "vit_tiny": (lambda: _timm("vit_tiny_patch16_224", img_size=IMAGE[-1]), IMAGE, "timm"),
+    # hybrids: mobile multi-query attention (MobileNetV4), transposed attention over a position encoding the
+    # model computes in forward (EdgeNeXt), a BatchNorm1d before the classifier (RepViT)
+    "mobilenetv4_hybrid": (lambda: _timm("mobilenetv4_hybrid_medium"), IMAGE, "timm"),
+    "edgenext": (lambda: _timm("edgenext_xx_small"), IMAGE, "timm"),
+    "repvit": (lambda: _timm("repvit_m0_9"), IMAGE, "timm"),
     "audio_cnn_1d": (AudioCNN, (1, 1, 16000), "here"),
     "temporal_cnn_mfcc": (TemporalCNN, (1, 40, 101), "here"),
     "unet": (UNet, IMAGE, "here"),

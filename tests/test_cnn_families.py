@@ -290,3 +290,62 @@ def test_any_constant_clamp_after_a_conv_fuses_into_it(bounds, target):
                      schema.ActivationFunctionType.RELU6}
     if target == "imxrt700-cpu":  # one kernel: the clamp is the conv's activation_min / activation_max
         assert [op["op"] for op in result.report["ops"] if "quantize" not in op["op"]] == ["aten.convolution.default"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_position_encoding_computed_in_forward_is_a_constant_of_the_partition(target):
+    """EdgeNeXt / XCiT compute a Fourier position encoding from constants on every call; its cumsum, arange,
+    floor division and power ran in float on the CPU, between NPU partitions. Folded at compile time, the
+    model is one int8 partition."""
+    from test_passes import FourierPositions
+
+    torch.manual_seed(0)
+    result, cal = _compile(FourierPositions(), (1, 8, 4, 5), target)
+    summary = result.report["summary"]
+    assert summary["ops_cpu_float"] == 0
+    if target == "imxrt700":
+        assert summary["partitions"] == 1
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+
+
+class NormalizedEmbedding(nn.Module):
+    """A linear embedding normalized to unit length (F.normalize), and its 2-norm over the features."""
+
+    def __init__(self, with_norm: bool):
+        super().__init__()
+        self.embed, self.with_norm = nn.Linear(16, 12), with_norm
+
+    def forward(self, x):
+        y = self.embed(x)
+        return (torch.nn.functional.normalize(y, dim=-1), y.norm(dim=-1)) if self.with_norm else \
+            torch.nn.functional.normalize(y, dim=-1)
+
+
+@pytest.mark.parametrize("with_norm", [False, True])
+@pytest.mark.parametrize("target", TARGETS)
+def test_normalize_and_a_2_norm_are_int8(target, with_norm):
+    """F.normalize is MUL, SUM, RSQRT and MUL: one partition on the NPU; a 2-norm's square root is a table
+    (on the CPU beside the NPU). Both had run in float."""
+    torch.manual_seed(0)
+    result, cal = _compile(NormalizedEmbedding(with_norm), (1, 5, 16), target)
+    summary = result.report["summary"]
+    assert summary["ops_cpu_float"] == 0
+    if target == "imxrt700" and not with_norm:
+        assert summary["partitions"] == 1
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_batch_norm_of_features_before_a_linear_layer_is_int8(target):
+    """RepViT's and LeViT's heads: BatchNorm1d on [N, C] features, then a linear layer; the batch norm had
+    stayed float on the CPU."""
+    from test_passes import BnLinear, _trained
+
+    result, cal = _compile(_trained(BnLinear(), (2, 6)), (2, 6), target)
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    if target == "imxrt700":
+        assert result.report["summary"]["partitions"] == 1
+    for inputs in cal[:2]:
+        check_case(result, inputs)

@@ -3,6 +3,7 @@
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from imxrt.passes import run_aten_passes
 
@@ -42,6 +43,18 @@ class LinearBn(nn.Module):
         return self.bn(self.linear(x))
 
 
+class BnLinear(nn.Module):
+    """A classifier head normalizing its features before the linear layer (RepViT, LeViT)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(6)
+        self.linear = nn.Linear(6, 5)
+
+    def forward(self, x):
+        return self.linear(self.bn(x))
+
+
 class Conv1dBnDivDropout(nn.Module):
     def __init__(self):
         super().__init__()
@@ -56,8 +69,8 @@ class Conv1dBnDivDropout(nn.Module):
 @pytest.mark.parametrize(
     "model, shape",
     [(ConvBn(bias=True), (1, 3, 8, 8)), (ConvBn(bias=False), (1, 3, 8, 8)), (LinearBn(), (2, 6)),
-     (Conv1dBnDivDropout(), (1, 4, 16))],
-    ids=["conv_bn", "conv_nobias_bn", "linear_bn", "conv1d_bn_div_dropout"],
+     (BnLinear(), (2, 6)), (Conv1dBnDivDropout(), (1, 4, 16))],
+    ids=["conv_bn", "conv_nobias_bn", "linear_bn", "bn_linear", "conv1d_bn_div_dropout"],
 )
 def test_passes_remove_their_ops_and_keep_the_outputs(model, shape):
     model = _trained(model, shape)
@@ -214,3 +227,67 @@ def test_equal_constants_become_one_attribute_and_each_user_keeps_its_node():
     assert all(len(n.users) == 1 for n in reads)
     torch.testing.assert_close(result.graph_module(x), model(x), rtol=0, atol=0)
     assert not ShareEqualConstantsPass()(result.graph_module).modified
+
+
+class FourierPositions(nn.Module):
+    """A sine / cosine position encoding computed in forward from constants alone (row and column indices by
+    cumulative sums of ones, frequencies by an integer division and a power), projected by a 1x1 conv and
+    added to the input: what EdgeNeXt and XCiT compute on every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.project = nn.Conv2d(16, 8, 1)
+
+    def forward(self, x):
+        rows = torch.ones(1, 4, 5).cumsum(1)[..., None]
+        columns = torch.ones(1, 4, 5).cumsum(2)[..., None]
+        frequencies = 100.0 ** (2 * torch.div(torch.arange(4, dtype=torch.float32), 2, rounding_mode="floor") / 4)
+        angles = [rows / frequencies, columns / frequencies]
+        positions = torch.cat([f(a) for a in angles for f in (torch.sin, torch.cos)], dim=3).permute(0, 3, 1, 2)
+        return torch.relu(x + self.project(positions))
+
+
+def test_a_value_computed_from_constants_alone_becomes_one_constant():
+    """The encoding's ops (cumsum, arange, floor division, pow, sin, cos, the conv of it) had run in float;
+    folded, the add reads one constant, the values are the model's, and a zeros state a layer reads stays."""
+    torch.manual_seed(0)
+    model, x = FourierPositions().eval(), torch.randn(1, 8, 4, 5)
+    gm = run_aten_passes(torch.export.export(model, (x,), strict=False).module(check_guards=False))
+    assert _targets(gm) == [aten.add.Tensor, aten.relu.default]
+    (add,) = [n for n in gm.graph.nodes if n.target == aten.add.Tensor]
+    assert add.args[1].op == "get_attr"
+    torch.testing.assert_close(gm(x), model(x), atol=0, rtol=0)
+    gru = nn.GRU(3, 4, batch_first=True).eval()
+    inputs = (torch.randn(1, 5, 3), torch.zeros(1, 1, 4))
+    exported = torch.export.export(_ZeroState(gru), inputs[:1], strict=False).module(check_guards=False)
+    from imxrt.passes import FoldConstantsPass
+    folded = FoldConstantsPass()(exported).graph_module
+    assert aten.zeros.default in _targets(folded) and aten.gru.input in _targets(folded)
+
+
+class _ZeroState(nn.Module):
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x):
+        return self.layer(x, torch.zeros(1, x.shape[0], 4))[0]
+
+
+class Norms(nn.Module):
+    """F.normalize over the last dim (XCiT's queries and keys, an embedding head), torch.norm over two dims
+    (ConvNeXt-V2's global response norm) and x.norm over one dim without keepdim."""
+
+    def forward(self, x):
+        return F.normalize(x, dim=-1), torch.norm(x, p=2, dim=(1, 2), keepdim=True), x.norm(dim=1)
+
+
+def test_a_2_norm_is_a_sum_of_squares_and_normalize_a_product_by_its_reciprocal_root():
+    """linalg_vector_norm had no int8 rule and decomposed only after quantization: it ran in float."""
+    x = torch.randn(2, 4, 6)
+    gm = run_aten_passes(torch.export.export(Norms(), (x,), strict=False).module(check_guards=False))
+    targets = _targets(gm)
+    assert aten.linalg_vector_norm.default not in targets and aten.div.Tensor not in targets
+    assert targets.count(aten.rsqrt.default) == 1 and targets.count(aten.sqrt.default) == 2
+    for got, expected in zip(gm(x), Norms()(x), strict=True):
+        torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-6)

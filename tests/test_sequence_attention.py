@@ -138,3 +138,32 @@ def test_batch_matmul_operands_are_quantized_at_zero_point_0():
     for bmm in bmms:
         for operand in bmm.args[:2]:
             assert "dequantize_per_tensor" in str(operand.target) and operand.args[2] == 0, operand.args
+
+
+class ClassToken(nn.Module):
+    """A ViT's class token: a parameter expanded over the batch and joined before the patch tokens."""
+
+    def __init__(self):
+        super().__init__()
+        self.token = nn.Parameter(torch.randn(1, 1, DIM))
+        self.embed, self.head = nn.Linear(DIM, DIM), nn.Linear(DIM, 4)
+
+    def forward(self, x):
+        tokens = torch.cat([self.token.expand(x.shape[0], -1, -1), self.embed(x)], dim=1)
+        return self.head(tokens)
+
+
+@pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
+def test_a_class_token_joined_to_the_tokens_is_int8(target):
+    """The expanded token is a constant once values computed from constants alone are folded; the cat of
+    it and the patch tokens had no int8 annotation (its first input was a constant) and ran in float."""
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
+    cal = [(torch.randn(1, TOKENS, DIM, generator=generator),) for _ in range(6)]
+    model = ClassToken().eval()
+    result = compile(model, cal[0], target, cal, CompileOptions(show_progress=False))
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    if target == "imxrt700":
+        assert result.report["summary"]["partitions"] == 1
+    for inputs in cal[:2]:
+        check_case(result, inputs, model)

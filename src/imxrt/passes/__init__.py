@@ -21,7 +21,9 @@ from imxrt.passes.decompose_hardsigmoid import DecomposeHardsigmoidPass
 from imxrt.passes.decompose_layer_norm import DecomposeLayerNormPass
 from imxrt.passes.decompose_silu import DecomposeSiluPass
 from imxrt.passes.decompose_square import DecomposeSquarePass
+from imxrt.passes.decompose_vector_norm import DecomposeVectorNormPass
 from imxrt.passes.fold_batch_norm import FoldBatchNormPass
+from imxrt.passes.fold_constants import FoldConstantsPass
 from imxrt.passes.fold_hardsigmoid import FoldHardsigmoidPass
 from imxrt.passes.fold_layer_norm_affine import FoldLayerNormAffinePass
 from imxrt.passes.functionalize_in_place import FunctionalizeInPlacePass
@@ -34,7 +36,8 @@ from imxrt.passes.unroll_recurrent_layers import UnrollRecurrentLayersPass
 from imxrt.passes.unshare_parameters import UnshareParametersPass
 
 # Order matters: in-place ops become functional first, so every later pass sees values, not writes; no-ops
-# go next so a dropout between conv and batch norm does not block folding; GRU / LSTM layers unroll next, into
+# go next so a dropout between conv and batch norm does not block folding; values computed from constants
+# alone fold next, so no later pass sees their ops; GRU / LSTM layers unroll next, into
 # the linear layers, slices and elementwise ops later passes and the quantizer know; an unbatched input gets its batch
 # dimension before the passes that read a conv's input rank;
 # batch norms fold before conv1d becomes conv2d, whose trailing squeeze would separate them, and before a
@@ -49,9 +52,11 @@ from imxrt.passes.unshare_parameters import UnshareParametersPass
 # a bmm reads is rescaled to zero point 0 before its scalar 1 becomes a constant); parameters are
 # unshared last, after the passes that read or replace them, so each use is quantized at its own scale;
 # splits and stacks become slices and concatenations just before, whatever made them.
-ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, UnrollRecurrentLayersPass, AddBatchDimensionPass,
+ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, FoldConstantsPass, UnrollRecurrentLayersPass,
+               AddBatchDimensionPass,
                FoldBatchNormPass,
-               FoldHardsigmoidPass, FoldLayerNormAffinePass, DecomposeLayerNormPass, DecomposeGeluPass,
+               FoldHardsigmoidPass, FoldLayerNormAffinePass, DecomposeLayerNormPass, DecomposeVectorNormPass,
+               DecomposeGeluPass,
                DecomposeHardsigmoidPass, DecomposeSiluPass, DecomposeSquarePass, ConvertPadToCoreOpPass,
                ConvertConv1dToConv2dPass, Convert1dOpsTo2dPass, SinkSqueezePass, ConvertAddmmToLinearPass,
                DecomposeAttentionPass, ConvertMatmulToBmmPass, SinkBatchViewsPass, RescaleBatchMatmulOperandsPass,
@@ -70,7 +75,7 @@ EDGE_PASSES = (RemoveIdentityCopiesPass,)
 # (pt2e's conv+BN fusion trains the batch norms and convert folds them; a hardsigmoid then decomposes for
 # the NPU, or stays one table on a CPU-only target; a layer norm keeps its affine map as a mul and an add;
 # a GRU / LSTM stays whole, and float).
-PARAMETER_FOLDING_PASSES = (FoldBatchNormPass, FoldHardsigmoidPass, FoldLayerNormAffinePass,
+PARAMETER_FOLDING_PASSES = (FoldConstantsPass, FoldBatchNormPass, FoldHardsigmoidPass, FoldLayerNormAffinePass,
                             UnrollRecurrentLayersPass)
 
 

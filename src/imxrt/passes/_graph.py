@@ -36,6 +36,13 @@ def add_constant(gm: GraphModule, before: Node, stem: str, value: torch.Tensor) 
     return node
 
 
+def delete_attribute(gm: GraphModule, target: str) -> None:
+    """Delete the module attribute a ``get_attr`` target names (a re-export would lift one left unread)."""
+    owner_path, _, name = target.rpartition(".")
+    owner = gm.get_submodule(owner_path) if owner_path else gm
+    delattr(owner, name)
+
+
 # Layers a per-output-channel affine map after them folds into: op -> axis of its weight that indexes
 # output channels.
 OUTPUT_CHANNEL_AXIS = {

@@ -7,6 +7,9 @@ such producer is a per-channel affine map, so it becomes a depthwise 1x1 convolu
 on the Cortex-M; it stayed float, and torchao's QAT conv-BN matcher spent 40-110 s on it):
 
     %z = batch_norm(%x, γ, β, μ, σ², eps)  →  %z = conv2d(%x, γ/√(σ²+eps), β − μ·γ/√(σ²+eps), groups=C)
+
+A ``BatchNorm1d`` on [N, C] features (RepViT's and LeViT's classifier heads normalize before their linear
+layer) is the same convolution over a length of 1, between two views.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from imxrt.passes._graph import (
     add_constant,
+    call,
     constant_value,
     finish,
     foldable_layer,
@@ -61,16 +65,19 @@ class FoldBatchNormPass(PassBase):
         return PassResult(finish(gm) if modified else gm, modified)
 
 
-# input rank -> the depthwise convolution a standalone batch norm becomes (1-D becomes 2-D after this pass)
-_DEPTHWISE = {3: aten.conv1d.default, 4: aten.conv2d.default}
+# input rank -> the depthwise convolution a standalone batch norm becomes (1-D becomes 2-D after this pass;
+# [N, C] features are viewed as [N, C, 1])
+_DEPTHWISE = {2: aten.conv1d.default, 3: aten.conv1d.default, 4: aten.conv2d.default}
 
 
 def _as_depthwise_conv(gm: GraphModule, bn) -> bool:
-    """An eval-mode batch norm with constant statistics on an [N, C, L] or [N, C, H, W] tensor -> a
+    """An eval-mode batch norm with constant statistics on an [N, C], [N, C, L] or [N, C, H, W] tensor -> a
     depthwise 1x1 convolution with the same per-channel scale and shift."""
     value = bn.args[0].meta.get("val") if hasattr(bn.args[0], "meta") else None
     if bn.args[5] or not isinstance(value, torch.Tensor) or value.dim() not in _DEPTHWISE:
         return False
+    if value.dim() == 2:
+        return _as_depthwise_conv_over_length_1(gm, bn, value)
     gamma, beta, mean, var = (constant_value(gm, a) for a in bn.args[1:5])
     if mean is None or var is None:
         return False
@@ -91,3 +98,14 @@ def _as_depthwise_conv(gm: GraphModule, bn) -> bool:
     bn.replace_all_uses_with(conv)
     gm.graph.erase_node(bn)
     return True
+
+
+def _as_depthwise_conv_over_length_1(gm: GraphModule, bn, value: torch.Tensor) -> bool:
+    """A batch norm on [N, C] features: the [N, C, 1] view's batch norm, viewed back."""
+    with gm.graph.inserting_before(bn):
+        viewed = call(gm, aten.view.default, (bn.args[0], [*value.shape, 1]), like=bn)
+        norm = call(gm, aten.batch_norm.default, (viewed, *bn.args[1:]), like=bn)
+        flat = call(gm, aten.view.default, (norm, list(value.shape)), like=bn)
+    bn.replace_all_uses_with(flat)
+    gm.graph.erase_node(bn)
+    return _as_depthwise_conv(gm, norm)

@@ -26,7 +26,7 @@ import torch
 from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import constant_value, finish
+from imxrt.passes._graph import constant_value, delete_attribute, finish
 
 
 def _fingerprint(value: torch.Tensor) -> tuple:
@@ -50,11 +50,6 @@ class ShareEqualConstantsPass(PassBase):
                 dropped.add(node.target)
                 node.target = kept
         for target in dropped:
-            _delete_attribute(gm, target)
+            delete_attribute(gm, target)
         return PassResult(finish(gm) if dropped else gm, bool(dropped))
 
-
-def _delete_attribute(gm: GraphModule, target: str) -> None:
-    owner_path, _, name = target.rpartition(".")
-    owner = gm.get_submodule(owner_path) if owner_path else gm
-    delattr(owner, name)

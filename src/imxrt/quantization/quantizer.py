@@ -139,13 +139,17 @@ class ImxrtQuantizer(Quantizer):
             output_spec = specs.fixed_spec(rule.scale, rule.zero_point)
         else:
             assert isinstance(rule, rules.SharedWithInput)
-            first = inputs[0]
-            if first.op == "get_attr":
+            computed = [arg for arg in inputs if arg.op != "get_attr"]
+            if not computed:
                 return  # moving a constant (W.t() of a weight) is constant folding, not an int8 op
+            # the first computed input anchors the shared qparams; a constant beside it (a ViT's class token
+            # joined to the patch tokens) is quantized with them, its values observed with the others
+            first = computed[0]
             input_specs[first] = in_spec(first)
             shared = SharedQuantizationSpec((first, node))
-            for other in inputs[1:]:
-                input_specs[other] = shared
+            for other in inputs:
+                if other is not first:
+                    input_specs[other] = shared
             output_spec = shared
 
         node.meta[_ANNOTATION] = QuantizationAnnotation(

@@ -23,6 +23,11 @@ def constant_value(gm: GraphModule, node: object) -> torch.Tensor | None:
     return value if isinstance(value, torch.Tensor) else None
 
 
+def calls_to(gm: GraphModule, target) -> list[Node]:
+    """The graph's calls of ``target``, listed first: a pass may rewrite or erase each as it goes."""
+    return [node for node in gm.graph.nodes if node.op == "call_function" and node.target == target]
+
+
 def add_constant(gm: GraphModule, before: Node, stem: str, value: torch.Tensor) -> Node:
     """Register ``value`` as a new parameter of ``gm`` and return a ``get_attr`` node for it."""
     index = 0

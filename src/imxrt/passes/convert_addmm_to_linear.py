@@ -12,7 +12,7 @@ import torch
 from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import add_constant, call, constant_value, finish
+from imxrt.passes._graph import add_constant, call, calls_to, constant_value, finish
 
 aten = torch.ops.aten
 
@@ -22,9 +22,7 @@ class ConvertAddmmToLinearPass(PassBase):
 
     def call(self, gm: GraphModule) -> PassResult:
         modified = False
-        for node in list(gm.graph.nodes):
-            if node.op != "call_function" or node.target != aten.addmm.default:
-                continue
+        for node in calls_to(gm, aten.addmm.default):
             bias, x, weight = node.args[:3]
             beta, alpha = node.kwargs.get("beta", 1), node.kwargs.get("alpha", 1)
             value = constant_value(gm, weight)

@@ -14,7 +14,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import call, constant_value, finish
+from imxrt.passes._graph import call, calls_to, constant_value, finish
 
 aten = torch.ops.aten
 
@@ -49,9 +49,7 @@ class ConvertClampTensorPass(PassBase):
 
     def call(self, gm: GraphModule) -> PassResult:
         modified = False
-        for node in list(gm.graph.nodes):
-            if node.op != "call_function" or node.target != aten.clamp.Tensor:
-                continue
+        for node in calls_to(gm, aten.clamp.Tensor):
             x = node.args[0]
             low = node.args[1] if len(node.args) > 1 else node.kwargs.get("min")
             high = node.args[2] if len(node.args) > 2 else node.kwargs.get("max")

@@ -10,7 +10,7 @@ import torch
 from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import constant_value, finish
+from imxrt.passes._graph import calls_to, constant_value, finish
 
 aten = torch.ops.aten
 
@@ -20,8 +20,8 @@ class ConvertDivToMulPass(PassBase):
 
     def call(self, gm: GraphModule) -> PassResult:
         modified = False
-        for node in list(gm.graph.nodes):
-            if node.op != "call_function" or node.target != aten.div.Tensor or node.kwargs:
+        for node in calls_to(gm, aten.div.Tensor):
+            if node.kwargs:
                 continue
             divisor = node.args[1]
             tensor = constant_value(gm, divisor)

@@ -12,7 +12,7 @@ import torch
 from torch.fx import GraphModule
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import finish
+from imxrt.passes._graph import calls_to, finish
 
 aten = torch.ops.aten
 
@@ -32,9 +32,7 @@ class ConvertPadToCoreOpPass(PassBase):
 
     def call(self, gm: GraphModule) -> PassResult:
         modified = False
-        for node in list(gm.graph.nodes):
-            if node.op != "call_function" or node.target != aten.pad.default:
-                continue
+        for node in calls_to(gm, aten.pad.default):
             x, pads = node.args[0], list(node.args[1])
             mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("mode", "constant")
             value = node.args[3] if len(node.args) > 3 else node.kwargs.get("value")

@@ -17,7 +17,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import call, finish
+from imxrt.passes._graph import call, calls_to, finish
 
 aten = torch.ops.aten
 
@@ -27,9 +27,7 @@ class ConvertStackToCatPass(PassBase):
 
     def call(self, gm: GraphModule) -> PassResult:
         modified = False
-        for node in list(gm.graph.nodes):
-            if node.op != "call_function" or node.target != aten.stack.default:
-                continue
+        for node in calls_to(gm, aten.stack.default):
             tensors = node.args[0]
             if not tensors or not all(isinstance(t, Node) and isinstance(t.meta.get("val"), torch.Tensor)
                                       for t in tensors):

@@ -28,7 +28,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import add_constant, arguments_by_name, call, constant_value, finish, shape_of
+from imxrt.passes._graph import add_constant, arguments_by_name, call, calls_to, constant_value, finish, shape_of
 
 aten = torch.ops.aten
 _SDPA = aten.scaled_dot_product_attention.default
@@ -79,9 +79,7 @@ class DecomposeAttentionPass(PassBase):
 
     def call(self, gm: GraphModule) -> PassResult:
         modified = False
-        for node in list(gm.graph.nodes):
-            if node.op != "call_function" or node.target != _SDPA:
-                continue
+        for node in calls_to(gm, _SDPA):
             arguments = arguments_by_name(node)
             rows = _key_groups(arguments)
             if rows is None:

@@ -20,7 +20,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import arguments_by_name, call, finish, shape_of
+from imxrt.passes._graph import arguments_by_name, call, calls_to, finish, shape_of
 
 aten = torch.ops.aten
 _NORM = aten.linalg_vector_norm.default
@@ -49,9 +49,7 @@ class DecomposeVectorNormPass(PassBase):
 
     def call(self, gm: GraphModule) -> PassResult:
         modified = False
-        for node in list(gm.graph.nodes):
-            if node.op != "call_function" or node.target != _NORM:
-                continue
+        for node in calls_to(gm, _NORM):
             arguments = arguments_by_name(node)
             x = arguments["input"]
             if arguments["ord"] != 2 or arguments["dtype"] is not None:

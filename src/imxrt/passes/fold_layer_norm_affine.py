@@ -15,7 +15,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import constant_value, finish, layer_parameters, set_layer_parameters
+from imxrt.passes._graph import calls_to, constant_value, finish, layer_parameters, set_layer_parameters
 
 aten = torch.ops.aten
 
@@ -28,9 +28,7 @@ class FoldLayerNormAffinePass(PassBase):
 
     def call(self, gm: GraphModule) -> PassResult:
         modified = False
-        for node in list(gm.graph.nodes):
-            if node.op != "call_function" or node.target != aten.layer_norm.default:
-                continue
+        for node in calls_to(gm, aten.layer_norm.default):
             modified |= _fold_into_users(gm, node)
         return PassResult(finish(gm) if modified else gm, modified)
 

@@ -19,7 +19,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import call, finish
+from imxrt.passes._graph import call, calls_to, finish
 from imxrt.quantization.rules import NPU_RULES, FixedOutput, SharedWithInput
 
 aten = torch.ops.aten
@@ -45,9 +45,7 @@ class RescaleBatchMatmulOperandsPass(PassBase):
 
     def call(self, gm: GraphModule) -> PassResult:
         modified = False
-        for node in list(gm.graph.nodes):
-            if node.op != "call_function" or node.target != aten.bmm.default:
-                continue
+        for node in calls_to(gm, aten.bmm.default):
             for operand in node.args[:2]:
                 found = _fixed_range_origin(operand) if isinstance(operand, Node) else None
                 if found is None:

@@ -32,6 +32,10 @@ def _sole_user(node: Node, targets) -> Node | None:
     return users[0] if len(users) == 1 and users[0].op == "call_function" and users[0].target in targets else None
 
 
+def _sum_of_squares(gm: GraphModule, x: Node, dims: list[int], keepdim: bool, like: Node) -> Node:
+    return call(gm, aten.sum.dim_IntList, (call(gm, aten.mul.Tensor, (x, x), like=like), dims, keepdim), like=like)
+
+
 def _normalize_division(norm: Node, x: Node) -> tuple[Node, float] | None:
     """(the division, eps) of ``F.normalize``: ``div(x, expand_as(clamp_min(norm, eps), x))``."""
     clamp = _sole_user(norm, (aten.clamp_min.default,))
@@ -60,8 +64,7 @@ class DecomposeVectorNormPass(PassBase):
             if normalize is not None:
                 division, eps = normalize
                 with gm.graph.inserting_before(division):
-                    squares = call(gm, aten.sum.dim_IntList, (call(gm, aten.mul.Tensor, (x, x), like=node), dims,
-                                                             True), like=node)
+                    squares = _sum_of_squares(gm, x, dims, True, like=node)
                     floor = call(gm, aten.clamp.default, (squares, eps * eps), like=node)
                     result = call(gm, aten.mul.Tensor, (x, call(gm, aten.rsqrt.default, (floor,), like=node)),
                                   like=division)
@@ -69,8 +72,7 @@ class DecomposeVectorNormPass(PassBase):
                 gm.graph.erase_node(division)
             else:
                 with gm.graph.inserting_before(node):
-                    squares = call(gm, aten.sum.dim_IntList, (call(gm, aten.mul.Tensor, (x, x), like=node), dims,
-                                                             arguments["keepdim"]), like=node)
+                    squares = _sum_of_squares(gm, x, dims, arguments["keepdim"], like=node)
                     result = call(gm, aten.sqrt.default, (squares,), like=node)
                 node.replace_all_uses_with(result)
             modified = True

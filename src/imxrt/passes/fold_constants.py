@@ -25,7 +25,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import add_constant, delete_attribute, finish
+from imxrt.passes._graph import add_constant, constant_value, delete_attribute, finish
 
 _RANDOM = (torch.Tag.nondeterministic_seeded, torch.Tag.nondeterministic_bitwise)
 
@@ -39,13 +39,6 @@ def _computable(node: Node) -> bool:
     return isinstance(node.target, torch._ops.OpOverload) and not any(tag in node.target.tags for tag in _RANDOM)
 
 
-def _attribute(gm: GraphModule, target: str) -> object:
-    value = gm
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
-
-
 class FoldConstantsPass(PassBase):
     """Requires: an aten graph. Ensures: every computed value no model input reaches, and that a node
     reading an input reads, is a module constant (a fill read directly excepted)."""
@@ -54,8 +47,9 @@ class FoldConstantsPass(PassBase):
         read_before = _read_attributes(gm)
         values: dict[Node, object] = {}
         for node in gm.graph.nodes:
-            if node.op == "get_attr":
-                values[node] = _attribute(gm, node.target)
+            constant = constant_value(gm, node)  # a module tensor (a submodule is no value to compute with)
+            if constant is not None:
+                values[node] = constant
             elif _computable(node) and all(n in values for n in node.all_input_nodes):
                 args, kwargs = map_arg((node.args, node.kwargs), lambda n: values[n])
                 with torch.no_grad():

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -43,9 +44,11 @@ import numpy as np
 import torch
 from ai_edge_litert import schema_py_generated as tfl
 from executorch.exir import schema
+from executorch.exir._serialize._named_data_store import NamedDataStore
 from executorch.exir._serialize._program import PTEFile, deserialize_pte_binary, serialize_pte_binary
 
 import imxrt
+from imxrt import integrity
 from imxrt.npu import payload as reference_payload
 from imxrt.runtime.allowlist import allowed_operators
 
@@ -60,14 +63,15 @@ _ATTEMPTS = 50  # draws of a mutation before giving up on a base (one with nothi
 CLEAN = "clean error"
 SAME = "ran, same outputs"
 FLAGGED = "ran, different outputs, flagged"
+FORGED = "ran, different outputs, seal forged"
 SILENT = "ran, different outputs, silently"
 INTERNAL = "internal error"
 CRASH = "crash"
 HANG = "hang"
 OVER_CAP = "over the cap"
-OUTCOMES = (CLEAN, SAME, FLAGGED, SILENT, INTERNAL, CRASH, HANG, OVER_CAP)
+OUTCOMES = (CLEAN, SAME, FLAGGED, FORGED, SILENT, INTERNAL, CRASH, HANG, OVER_CAP)
 DEFECTS = (SILENT, INTERNAL, CRASH, HANG, OVER_CAP)
-_HEADERS = {CLEAN: "clean", SAME: "same", FLAGGED: "flagged", SILENT: "SILENT", INTERNAL: "internal",
+_HEADERS = {CLEAN: "clean", SAME: "same", FLAGGED: "flagged", FORGED: "forged", SILENT: "SILENT", INTERNAL: "internal",
             CRASH: "crash", HANG: "hang", OVER_CAP: "over cap"}
 
 
@@ -153,6 +157,30 @@ def _serialize(program: schema.Program) -> bytes:
     return bytes(serialize_pte_binary(PTEFile(program=program, mutable_data=None, named_data=None)))
 
 
+def forge_seal(program: schema.Program) -> bytes:
+    """``program`` serialized with a valid imxrt seal, as anyone can make one: the ``imxrt.sha256`` named data
+    entry last, then the SHA-256 of every byte before the digest written into it (``integrity`` documents
+    the layout). Unlike ``integrity.seal`` it does not check that the program reads back equal (NaN values
+    never compare equal)."""
+    store = NamedDataStore()
+    store.add_named_data(integrity.KEY, integrity.RECORD_MARKER + bytes(integrity.DIGEST_BYTES))
+    data = bytes(serialize_pte_binary(PTEFile(program=program, mutable_data=None,
+                                              named_data=store.get_named_data_store_output()),
+                                      extract_delegate_segments=True))
+    return reseal(data)
+
+
+def reseal(data: bytes) -> bytes:
+    """``data`` with its digest recomputed over the bytes before it (the seal's record must end the file)."""
+    body = data[:-integrity.DIGEST_BYTES]
+    return body + hashlib.sha256(body).digest()
+
+
+def forge_record(body: bytes) -> bytes:
+    """Any bytes made to end in a matching seal record: the marker, then the SHA-256 of everything before."""
+    return reseal(body + integrity.RECORD_MARKER + bytes(integrity.DIGEST_BYTES))
+
+
 # -- hostile numbers
 
 _RANGES = {"u8": (0, 255), "i8": (-128, 127), "i32": (-(1 << 31), (1 << 31) - 1), "u32": (0, (1 << 32) - 1),
@@ -190,6 +218,7 @@ class Crafted:
     data: bytes
     description: str
     sealed: bool  # made from the sealed file: the checksum covers it
+    forged: bool = False  # its seal was computed again after the damage: the checksum matches
 
 
 # -- byte damage
@@ -232,7 +261,14 @@ def _append(rng: random.Random, data: bytes) -> tuple[bytes, str]:
 
 
 def _on_bytes(damage: Callable, sealed: bool):
-    def make(rng: random.Random, base: Base, context: _Context) -> Crafted:
+    def make(rng: random.Random, base: Base, context: _Context, reseal: bool = False) -> Crafted:
+        if reseal:  # the damage hits the sealed file before its seal record, and the seal is computed again
+            original = base.sealed[:-integrity.RECORD_BYTES]
+            for _ in range(_ATTEMPTS):
+                data, description = damage(rng, original)
+                if data != original:
+                    return Crafted(forge_record(data), description + ", resealed", sealed=True, forged=True)
+            raise _NotHere
         original = base.sealed if sealed else base.unsealed
         for _ in range(_ATTEMPTS):
             data, description = damage(rng, original)
@@ -748,7 +784,7 @@ def _edit_litert(rng: random.Random, program: schema.Program, context: _Context)
 
 
 def _crafted(edit: Callable[[random.Random, schema.Program, _Context], str]):
-    def make(rng: random.Random, base: Base, context: _Context) -> Crafted:
+    def make(rng: random.Random, base: Base, context: _Context, reseal: bool = False) -> Crafted:
         for _ in range(_ATTEMPTS):
             program = deserialize_pte_binary(base.unsealed).program
             try:
@@ -760,6 +796,8 @@ def _crafted(edit: Callable[[random.Random, schema.Program, _Context], str]):
             except Exception:  # a value the serializer cannot write (out of its field's range): draw again
                 continue
             if data != base.unsealed:  # an edit that changed nothing: not a trial
+                if reseal:
+                    return Crafted(forge_seal(program), description + ", sealed", sealed=True, forged=True)
                 return Crafted(data, description, sealed=False)
         raise _NotHere
     return make
@@ -768,7 +806,7 @@ def _crafted(edit: Callable[[random.Random, schema.Program, _Context], str]):
 @dataclass(frozen=True)
 class Mutation:
     name: str  # the table row
-    make: Callable[[random.Random, Base, _Context], Crafted]
+    make: Callable[..., Crafted]  # (rng, base, context, reseal=False)
     needs_delegate: bool = False
 
 
@@ -814,20 +852,22 @@ class Trial:
     description: str
     sealed: bool
     data: bytes
+    forged: bool = False  # sealed again after the damage: only what is behind the seal can refuse it
 
 
-def make_trial(seed: int, index: int, bases: dict[str, Base], context: _Context) -> Trial:
-    """Trial ``index`` of ``seed``: mutations in turn, on a base drawn from the trial's own generator."""
+def make_trial(seed: int, index: int, bases: dict[str, Base], context: _Context, reseal: bool = False) -> Trial:
+    """Trial ``index`` of ``seed``: mutations in turn, on a base drawn from the trial's own generator. With
+    ``reseal`` every file ends in a matching seal computed after the damage, as an attacker makes it."""
     mutation = MUTATIONS[index % len(MUTATIONS)]
-    rng = random.Random(f"imxrt-fuzz/{seed}/{index}")
+    rng = random.Random(f"imxrt-fuzz/{seed}/{index}" + ("/resealed" if reseal else ""))
     names = sorted(name for name, base in bases.items() if base.delegated or not mutation.needs_delegate)
     for _ in range(_ATTEMPTS):
         name = rng.choice(names)
         try:
-            crafted = mutation.make(rng, bases[name], context)
+            crafted = mutation.make(rng, bases[name], context, reseal=reseal)
         except _NotHere:  # nothing to edit in this base: another one
             continue
-        return Trial(index, name, mutation.name, crafted.description, crafted.sealed, crafted.data)
+        return Trial(index, name, mutation.name, crafted.description, crafted.sealed, crafted.data, crafted.forged)
     raise RuntimeError(f"mutation {mutation.name!r} found nothing to edit in {names}")
 
 
@@ -1030,6 +1070,8 @@ def classify(trial: Trial, reply: Reply, reference: str) -> tuple[str, str]:
     if reply.result == "ran":
         if reply.digest == reference:
             return SAME, ""
+        if trial.forged:  # a matching seal computed after the damage: nothing can tell it from a real one
+            return FORGED, "ran with other outputs (its seal was computed again after the damage)"
         return (SILENT, f"ran with other outputs (the runtime read it as {reply.seal})") if trial.sealed else (
             FLAGGED, "ran with other outputs")
     return {"internal": INTERNAL, "memory": OVER_CAP, "crash": CRASH, "hang": HANG}[reply.result], reply.detail
@@ -1042,6 +1084,7 @@ class Report:
     results: list[Result]
     seconds: float = 0.0
     restarts: int = 0
+    reseal: bool = False
 
     def counts(self) -> dict[str, Counter]:
         """Mutation -> outcome -> trials, mutations in table order."""
@@ -1067,6 +1110,7 @@ class Report:
             lines.append(f"{name:<{width}}" + "".join(f"{cell or '.':>10}" for cell in cells))
         lines += ["", "clean: clean error (an ImxrtError, one line)    same: ran, same outputs",
                   "flagged: ran, different outputs, flagged (unsealed: damage cannot be detected)",
+                  "forged: ran, different outputs, its seal computed again after the damage (undetectable)",
                   "defects: SILENT (a sealed file ran with different outputs), internal (any other exception),",
                   "         crash (the worker died), hang (no reply in time), over cap (the address-space cap)"]
         for outcome in DEFECTS:
@@ -1086,7 +1130,7 @@ class Report:
                 lines.append(f"      -> {group[0].detail}")
         if self.defects():
             lines += ["", f"reproduce a trial: python benchmarks/fuzz.py --seed {self.seed} --only INDEX "
-                          "--save-dir DIR (writes its file)"]
+                          f"{'--reseal ' if self.reseal else ''}--save-dir DIR (writes its file)"]
         return "\n".join(lines)
 
 
@@ -1112,8 +1156,9 @@ def reference_digests(pool: WorkerPool, bases: dict[str, Base], inputs: dict[str
 
 
 def fuzz(pool: WorkerPool, bases: dict[str, Base], seed: int, indices: Sequence[int],
-         timeout: float = TIMEOUT_SECONDS, save_dir: Path | None = None) -> Report:
-    """Make and run trials ``indices`` of ``seed``; with ``save_dir``, write each defective trial's file there."""
+         timeout: float = TIMEOUT_SECONDS, save_dir: Path | None = None, reseal: bool = False) -> Report:
+    """Make and run trials ``indices`` of ``seed``; with ``save_dir``, write each defective trial's file there;
+    with ``reseal``, every file's seal is computed again after its damage."""
     start = time.monotonic()
     restarts = pool.restarts
     folder = pool.folder
@@ -1132,7 +1177,7 @@ def fuzz(pool: WorkerPool, bases: dict[str, Base], seed: int, indices: Sequence[
 
     def jobs():
         for position, index in enumerate(indices):
-            trial = make_trial(seed, index, bases, context)
+            trial = make_trial(seed, index, bases, context, reseal)
             path = folder / f"trial-{index}.pte"
             path.write_bytes(trial.data)
             trials[position] = trial
@@ -1149,4 +1194,4 @@ def fuzz(pool: WorkerPool, bases: dict[str, Base], seed: int, indices: Sequence[
 
     pool.run(jobs(), on_reply)
     results.sort(key=lambda result: result.trial.index)
-    return Report(seed, bases, results, time.monotonic() - start, pool.restarts - restarts)
+    return Report(seed, bases, results, time.monotonic() - start, pool.restarts - restarts, reseal)

@@ -1,5 +1,6 @@
 """The host runtime against damaged and crafted programs: the fuzzing harness of `benchmarks/fuzz.py`
-(`benchmarks/_fuzz_harness.py`) on a few hundred seeded trials, in CI.
+(`benchmarks/_fuzz_harness.py`, `benchmarks/_argument_sweep.py`) on a few thousand seeded trials, in CI: damaged
+and crafted files, the same sealed again after their damage, and the argument sweep.
 
 Every file must fail with one `ImxrtError` or run; none may crash its worker, hang, reach the address-space
 cap or raise another exception, and no sealed file may run with other outputs than the undamaged program.
@@ -15,10 +16,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
+import _argument_sweep as sweep  # noqa: E402
 import _fuzz_harness as harness  # noqa: E402
 
 # 50 trials of each mutation: under a minute on two cores, most of it compiling and starting the workers.
 TRIALS = 50 * len(harness.MUTATIONS)
+RESEALED_TRIALS = 25 * len(harness.MUTATIONS)
+SWEEP_TRIALS = 4 * len(sweep.operators())  # each operator four times: about half a minute
 JOBS = 2
 
 
@@ -69,5 +73,27 @@ def test_damaged_and_crafted_programs_fail_with_one_line_or_run(pool, bases):
                for mutation in harness.MUTATIONS)
     totals = report.totals()
     assert totals[harness.CLEAN] and totals[harness.SAME], "the files should both fail and run"
+    if report.defects():
+        pytest.fail("\n" + report.format(examples=10), pytrace=False)
+
+
+def test_resealed_programs_fail_with_one_line_or_run(pool, bases):
+    """The same mutations with the seal computed again after each, as anyone can: only the checks behind the
+    seal can refuse them. Running with other outputs is then undetectable, and not a defect."""
+    report = harness.fuzz(pool, bases, seed=0, indices=range(RESEALED_TRIALS), reseal=True)
+    assert all(result.trial.forged for result in report.results)
+    totals = report.totals()
+    assert totals[harness.CLEAN] and totals[harness.SAME], "the files should both fail and run"
+    if report.defects():
+        pytest.fail("\n" + report.format(examples=10), pytrace=False)
+
+
+def test_every_admitted_operator_survives_hostile_argument_values(pool):
+    """The argument sweep: each operator the allowlist admits, called by a sealed one-instruction program with
+    arguments of the right kinds and hostile values, fails with one line or runs."""
+    report = sweep.sweep(pool, seed=0, indices=range(SWEEP_TRIALS))
+    assert {result.trial.operator for result in report.results} == set(sweep.operators())
+    totals = report.totals()
+    assert totals[harness.CLEAN] and totals[harness.SAME], "the calls should both fail and run"
     if report.defects():
         pytest.fail("\n" + report.format(examples=10), pytrace=False)

@@ -1,6 +1,9 @@
 """Integrity seal (serialize stage): a SHA-256 of the whole ``.pte``, inside the file, checked before it runs.
 
-Without it a damaged weight, scale or payload byte is a valid program that gives other outputs. ``seal``
+Without it a damaged weight, scale or payload byte is a valid program that gives other outputs. The seal
+detects accidental damage (a bad copy, a flipped bit, a cut-off download), not tampering: it has no key, so
+whoever edits a file can compute its seal again. The host runtime therefore checks everything behind a
+matching seal as it checks an unsealed file. ``seal``
 makes the digest part of the program; ``verify`` (run by ``imxrt.runtime.load``) tells a sealed file that is
 whole from one that is damaged and from a plain ExecuTorch ``.pte``, which has no digest to check.
 
@@ -56,7 +59,8 @@ _SERIALIZER = ExecutorchBackendConfig()  # the segment and tensor alignments to_
 
 @dataclass(frozen=True)
 class Sealed:
-    """The digest matches: every byte before it is as the compiler wrote it."""
+    """The digest matches: no byte before it was damaged by accident. Anyone can compute a SHA-256, so this
+    does not tell a file the compiler wrote from one crafted and sealed again."""
 
     covered: int  # bytes the digest covers: the whole file but the digest itself
 

@@ -209,8 +209,19 @@ def out_kernel(op: CortexMOp) -> Callable[..., torch.Tensor]:
     return run
 
 
-def _out_meta(*args, out):
-    return out
+def _out_meta(op: CortexMOp) -> Callable[..., torch.Tensor]:
+    """The ``.out`` op on meta tensors, as torch's structured out kernels behave: the result's shape from the
+    op's fake, ``out`` resized to it (a meta tensor: nothing is allocated); another dtype is an error."""
+
+    def run(*args, out):
+        expected = op.fake(*args)
+        if out.dtype != expected.dtype:
+            raise RuntimeError(f"cortex_m::{op.name}.out: the result is {expected.dtype}, out is {out.dtype}")
+        if out.shape != expected.shape:
+            out.resize_(expected.shape)
+        return out
+
+    return run
 
 
 def _define_missing() -> Library:
@@ -231,7 +242,7 @@ def _register_out_kernels() -> Library:
     library = Library(NAMESPACE, "FRAGMENT")
     for op in OPS:
         library.impl(f"{op.name}.out", out_kernel(op), "CPU")
-        library.impl(f"{op.name}.out", _out_meta, "Meta")
+        library.impl(f"{op.name}.out", _out_meta(op), "Meta")
     return library
 
 

@@ -65,11 +65,12 @@ def load(source: bytes | bytearray | str | os.PathLike, check_plan: bool = False
 
 
 def refusal(program: ProgramFile, what: str, error: Exception) -> BadFile:
-    """The one-line ``BadFile`` for a program the runtime failed on past its checks. A file whose checksum
-    matches is as the compiler wrote it, so the failure is ours; any other file may be damaged or crafted."""
+    """The one-line ``BadFile`` for a program the runtime failed on past its checks. A matching checksum rules
+    out accidental damage, not a crafted file (anyone can compute one), so it says no more than that."""
     detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
     if isinstance(program.seal, integrity.Sealed):
-        why = "the file is as the compiler wrote it (its checksum matches): an imxrt bug, please report it"
+        why = ("its checksum matches, so it is not damaged by accident, but a checksum does not prove who made the "
+               "file; if imxrt compile wrote it, this is an imxrt bug: please report it")
     else:
         why = "the file has no imxrt checksum, so it may be damaged or not a program of ours; compile the model again"
     return BadFile(program.name, f"{what} ({type(error).__name__}: {detail}); {why}")

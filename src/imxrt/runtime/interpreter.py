@@ -193,6 +193,13 @@ class Interpreter:
         if problem:
             raise BadFile(self.program.name, f"instruction {step} calls {kernel.name} but {problem}; the file is "
                                              "not a program the compiler writes")
+        checked_per_call = not self._static(indices) or not all(
+            self._constant(indices[p]) for p in kernel.contents_read() if p < len(indices))
+        if not checked_per_call:
+            problem = kernel.precondition([self._resolve(self.values[index]) for index in indices])
+            if problem:
+                raise BadFile(self.program.name, f"instruction {step} calls {kernel.name} but {problem}; the file "
+                                                 "is not a program the compiler writes")
         following, values = step + 1, self.values
         written = [indices[p] for p in kernel.written
                    if not kernel.stores_result and p < len(indices) and indices[p] in self.layouts]
@@ -215,6 +222,10 @@ class Interpreter:
         result_index = indices[-1]
 
         def run_kernel() -> int:
+            if checked_per_call:
+                problem = kernel.precondition([self._resolve(values[index]) for index in indices])
+                if problem:
+                    raise BadFile(self.program.name, f"instruction {step} calls {kernel.name} but {problem}")
             try:
                 result = call()
             except (RuntimeError, TypeError, ValueError, IndexError) as e:

@@ -25,11 +25,13 @@ from executorch.exir import schema
 
 from imxrt.cpu import ops as cortex_m_ops  # registers cortex_m::* and their .out kernels
 from imxrt.errors import BadFile
-from imxrt.runtime import allowlist, portable
+from imxrt.runtime import allowlist, portable, preconditions
 from imxrt.runtime.memory import TORCH_DTYPES
 
-_MEMORY_FORMATS = [torch.contiguous_format, torch.preserve_format, torch.channels_last, torch.channels_last_3d]
-_LAYOUTS = [torch.strided, torch.sparse_coo]
+# The enum arguments a program stores as ints, by value: torch's binding casts any int to its C++ enum, and
+# an int outside the enum crashes torch's kernels (a memory_format of -1 made aten::clone.out segfault).
+_MEMORY_FORMATS = (torch.contiguous_format, torch.preserve_format, torch.channels_last, torch.channels_last_3d)
+_LAYOUTS = (torch.strided,)  # ExecuTorch's tensors are strided; sparse layouts are not a program's
 
 
 def _copy_into_out(self, *, out, **_):
@@ -43,26 +45,12 @@ def _empty_into_out(size, *, out, **_):
     return out
 
 
-def _check_channel_count(values, scales, zero_points, axis) -> None:
-    """The C++ per-channel kernels assert one scale and zero point per slice along ``axis`` and abort the
-    process otherwise: a program that breaks it is refused here instead."""
-    size = values.size(int(axis)) if -values.dim() <= int(axis) < values.dim() else None
-    for name, tensor in (("scales", scales), ("zero points", zero_points)):
-        if isinstance(tensor, torch.Tensor) and tensor.numel() != size:
-            raise ValueError(f"{tensor.numel()} {name} for {size} channels along axis {axis} of a "
-                             f"{tuple(values.shape)} tensor")
-
-
 def _dense_operands(kernel: Callable) -> Callable:
     """ExecuTorch's C++ quantize/dequantize kernels index their tensors as contiguous: given other strides
     (a dim order the program may hold, [1, 0, 2, 3] for a [4, 1, 3, 3] weight) they wrote out of bounds.
     Such operands go in as contiguous copies, and the result is copied into the planned view."""
 
-    per_channel = "per_channel" in getattr(kernel, "__name__", str(kernel))
-
     def call(*args, out, **kwargs):
-        if per_channel:
-            _check_channel_count(*args[:4])
         if all(_dense(a) for a in (*args, out, *kwargs.values()) if isinstance(a, torch.Tensor)):
             return kernel(*args, out=out, **kwargs)
         args = [a.clone(memory_format=torch.contiguous_format) if isinstance(a, torch.Tensor) and not _dense(a)
@@ -86,6 +74,18 @@ def _dense(tensor: torch.Tensor) -> bool:
 
 # Namespaces whose kernels are ExecuTorch's C++ (registered with torch by executorch.kernels.quantized).
 _CPP_KERNEL_NAMESPACES = frozenset({"quantized_decomposed"})
+
+
+def _int64_zero_points(kernel: Callable) -> Callable:
+    """dequantize_per_channel takes int32 zero points, but its int8 fast path reads them as int64, past the
+    end of the tensor: an int32 tensor goes in widened, with the same values."""
+
+    def call(input, scales, zero_points, *args, **kwargs):
+        if isinstance(zero_points, torch.Tensor) and zero_points.dtype == torch.int32:
+            zero_points = zero_points.to(torch.int64)
+        return kernel(input, scales, zero_points, *args, **kwargs)
+
+    return call
 
 
 def _et_view(self, size):
@@ -176,6 +176,22 @@ class Kernel:
     prepare: Callable | None = None  # (args, **kwargs) -> the call, for values that stay the same objects
     data: tuple[int, ...] = ()  # with ``prepare``: positions whose values may change between calls
     op_schema: torch.FunctionSchema | None = None  # None for the runtime's own scalar ops and et_view
+    overload: torch._ops.OpOverload | None = None  # torch's op: its meta kernel sizes the results
+
+    def precondition(self, values: list[object]) -> str | None:
+        """What is wrong with these argument values for the kernel (``preconditions``), or None."""
+        if self.op_schema is None:
+            return None
+        try:
+            args, kwargs = self._convert(values)
+        except BadEnum as e:
+            return str(e)
+        return preconditions.check(self.name, self.op_schema, self.overload, args, kwargs)
+
+    def contents_read(self) -> list[int]:
+        """Positions of the arguments whose tensor contents ``precondition`` reads."""
+        names = preconditions.reads(self.name)
+        return [position for position, argument in enumerate(self.arguments) if argument.name in names]
 
     def check(self, args: list[int], values: list[schema.EValue]) -> str | None:
         """What is wrong with calling this kernel on the program values ``args``, or None."""
@@ -205,7 +221,10 @@ class Kernel:
     def _convert(self, values: list[object]) -> tuple[list, dict]:
         args, kwargs = [], {}
         for argument, value in zip(self.arguments, values, strict=False):
-            value = argument.convert(value)
+            try:
+                value = argument.convert(value)
+            except BadEnum as e:
+                raise BadEnum(f"argument '{argument.name}': {e}") from None
             if argument.keyword:
                 kwargs[argument.name] = value
             else:
@@ -217,24 +236,38 @@ def _identity(value):
     return value
 
 
+class BadEnum(ValueError):
+    """An int argument that is no value of the enum its schema declares."""
+
+
 def _to_dtype(value):
-    return None if value is None else TORCH_DTYPES[schema.ScalarType(value)]
+    if value is None:
+        return None
+    try:
+        return TORCH_DTYPES[schema.ScalarType(value)]
+    except (ValueError, KeyError):
+        raise BadEnum(f"{value} is not a dtype the runtime holds") from None
 
 
-def _to_memory_format(value):
-    return None if value is None else _MEMORY_FORMATS[value]
+def _enum(members: tuple, what: str) -> Callable:
+    def convert(value):
+        if value is None:
+            return None
+        if not isinstance(value, int) or not 0 <= value < len(members):
+            raise BadEnum(f"{value} is not a {what} (0..{len(members) - 1})")
+        return members[value]
+    return convert
 
 
-def _to_layout(value):
-    return None if value is None else _LAYOUTS[value]
+_CONVERTERS = {"ScalarType": _to_dtype, "MemoryFormat": _enum(_MEMORY_FORMATS, "memory format"),
+               "Layout": _enum(_LAYOUTS, "layout")}
 
 
-_CONVERTERS = {"ScalarType": _to_dtype, "MemoryFormat": _to_memory_format, "Layout": _to_layout}
-
-
-def _converter(argument_type) -> Callable:
-    # "ScalarType?" and "ScalarType" convert alike; ints stay ints everywhere else (sizes, dims, scalars).
-    return _CONVERTERS.get(str(argument_type).rstrip("?"), _identity)
+def _converter(argument: torch.Argument) -> Callable:
+    """How a schema argument's program value becomes the Python value torch takes: enums by their real type
+    ("Optional[MemoryFormat]" is a plain ``int?`` in ``argument.type``), everything else as it is."""
+    real = str(argument.real_type).removeprefix("Optional[").removesuffix("]")
+    return _CONVERTERS.get(real, _identity)
 
 
 def resolve(op: schema.Operator, program_name: str) -> Kernel:
@@ -257,10 +290,8 @@ def resolve(op: schema.Operator, program_name: str) -> Kernel:
     except (AttributeError, RuntimeError):  # listed for the device, not registered with torch (et_copy::*)
         raise BadFile(program_name, f"calls operator {name}, which the host runtime cannot run") from None
     op_schema = overload._schema
-    # A custom op's schema stores ScalarType as int (cortex_m's ``dtype``); torch's dispatcher converted it,
-    # a direct call must.
-    arguments = tuple(Argument(a.name, a.kwarg_only, _to_dtype if a.name == "dtype" else _converter(a.type))
-                      for a in op_schema.arguments)
+    # ScalarType is an int in a schema (cortex_m's ``dtype``); torch's dispatcher converted it, a direct call must.
+    arguments = tuple(Argument(a.name, a.kwarg_only, _converter(a)) for a in op_schema.arguments)
     written = [i for i, a in enumerate(op_schema.arguments)
                if (a.alias_info is not None and a.alias_info.is_write) or a.name in _SCRATCH_ARGUMENTS]
     if op_schema.returns:  # several returns are serialized as one list value
@@ -269,4 +300,7 @@ def resolve(op: schema.Operator, program_name: str) -> Kernel:
     fn = SPECIAL.get(name, overload)
     if namespace in _CPP_KERNEL_NAMESPACES and name not in SPECIAL:
         fn = _dense_operands(fn)
-    return Kernel(name, fn, arguments, tuple(written), prepare=prepare, data=data, op_schema=op_schema)
+    if name == "quantized_decomposed::dequantize_per_channel.out":
+        fn = _int64_zero_points(fn)
+    return Kernel(name, fn, arguments, tuple(written), prepare=prepare, data=data, op_schema=op_schema,
+                  overload=overload)

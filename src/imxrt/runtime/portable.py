@@ -21,34 +21,64 @@ import torch
 
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups, *, out):
     """``aten::convolution.out``: per output element, ``acc = 0; for in_c, w_y, w_x: acc += x * w``
-    (taps outside the input skipped), then ``acc += bias``: the portable ``conv2d_impl`` order."""
-    if transposed or input.dim() != 4 or input.dtype != torch.float32:
-        # Transposed and 1-D/3-D convolutions keep torch's kernel (its sums may differ in the last bits).
+    (taps outside the input read 0), then ``acc += bias``: the portable ``conv2d_impl`` order. A 1-D
+    convolution is the 2-D one over a height of 1, as the portable kernel runs it.
+
+    Nothing larger than the output is built: each tap reads the output positions whose input pixel lies
+    inside the image as one strided slice, and the padding is never materialised (a program may pad an
+    8 x 8 image by 40,000 and stride past it: a 2 x 2 output, but a padded copy of 77 GB)."""
+    if transposed or input.dim() not in (3, 4) or input.dtype != torch.float32:
+        # Transposed and 3-D convolutions keep torch's kernel (its sums may differ in the last bits).
         return torch.ops.aten.convolution.out(input, weight, bias, stride, padding, dilation, transposed,
                                               output_padding, groups, out=out)
+    spatial = input.dim() - 2
+    stride, padding, dilation = (_per_dim(values, spatial) for values in (stride, padding, dilation))
+    if spatial == 1:
+        convolution(input.unsqueeze(2), weight.unsqueeze(2), bias, (1, *stride), (0, *padding), (1, *dilation),
+                    False, (0, 0), groups, out=out.unsqueeze(2))
+        return out
     batch, in_channels, in_h, in_w = input.shape
     out_channels, channels_per_group, kernel_h, kernel_w = weight.shape
     stride_y, stride_x = stride
     pad_y, pad_x = padding
     dilation_y, dilation_x = dilation
     out_h, out_w = out.shape[2], out.shape[3]
-    # Zero padding stands for the skipped taps: adding x * w = +-0 leaves the sum unchanged.
-    padded = torch.nn.functional.pad(input, (pad_x, pad_x, pad_y, pad_y))
-    per_group = padded.reshape(batch, groups, channels_per_group, in_h + 2 * pad_y, in_w + 2 * pad_x)
+    per_group = input.reshape(batch, groups, channels_per_group, in_h, in_w)
     taps = weight.reshape(groups, out_channels // groups, channels_per_group, kernel_h, kernel_w)
     acc = torch.zeros(batch, groups, out_channels // groups, out_h, out_w, dtype=torch.float32)
+    # The padding's zeros stand for the skipped taps: adding x * w = +-0 leaves the sum as the portable one.
+    window = torch.zeros(batch, groups, 1, out_h, out_w, dtype=torch.float32)
     for in_c in range(channels_per_group):
         for w_y in range(kernel_h):
-            rows = slice(w_y * dilation_y, w_y * dilation_y + stride_y * (out_h - 1) + 1, stride_y)
+            first_y, rows, in_y = _inside(out_h, stride_y, w_y * dilation_y - pad_y, in_h)
             for w_x in range(kernel_w):
-                cols = slice(w_x * dilation_x, w_x * dilation_x + stride_x * (out_w - 1) + 1, stride_x)
-                window = per_group[:, :, in_c, rows, cols].unsqueeze(2)  # [N, G, 1, OH, OW]
+                first_x, cols, in_x = _inside(out_w, stride_x, w_x * dilation_x - pad_x, in_w)
+                window.zero_()
+                if rows and cols:
+                    window[:, :, 0, first_y:first_y + rows, first_x:first_x + cols] = per_group[
+                        :, :, in_c, in_y:in_y + (rows - 1) * stride_y + 1:stride_y,
+                        in_x:in_x + (cols - 1) * stride_x + 1:stride_x]
                 acc += window * taps[None, :, :, in_c, w_y, w_x, None, None]
     acc = acc.reshape(batch, out_channels, out_h, out_w)
     if bias is not None:
         acc += bias.to(torch.float32)[None, :, None, None]
     out.copy_(acc)  # into the arena view, in its dim order
     return out
+
+
+def _per_dim(values, count: int) -> tuple[int, ...]:
+    """A stride / padding / dilation list for ``count`` spatial dims (one value stands for all, as in torch)."""
+    values = tuple(int(v) for v in values)
+    return values * count if len(values) == 1 else values
+
+
+def _inside(out_size: int, stride: int, offset: int, in_size: int) -> tuple[int, int, int]:
+    """The output positions o whose input position o * stride + offset lies in [0, in_size): (first o, how
+    many, the first one's input position)."""
+    first = max(0, -(offset // stride))  # ceil(-offset / stride)
+    last = min(out_size - 1, (in_size - 1 - offset) // stride)
+    count = max(0, last - first + 1)
+    return first, count, first * stride + offset
 
 
 def addmm(self, mat1, mat2, *, beta=1, alpha=1, out):

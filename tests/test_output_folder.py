@@ -4,7 +4,6 @@ dangerous or unwritable folders before compiling, and replaces a previous set wh
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import logging
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+from compiled_examples import tiny
 from edited_programs import SMALL_CONV_NET_SOURCE
 
 import imxrt.output_folder
@@ -22,21 +21,11 @@ import imxrt.pipeline
 from imxrt.cli import EXIT_USER_ERROR, main
 from imxrt.errors import BadFile, BadOption
 from imxrt.npu.compilers.eiq import NeutronConverterFailed
-from imxrt.pipeline import CompileOptions, CompileResult, keep_failed_partition
+from imxrt.pipeline import CompileResult, keep_failed_partition
 
 MANIFEST = ".imxrt-manifest.json"
 
 TINY = SMALL_CONV_NET_SOURCE
-
-
-@functools.cache
-def tiny(seed: int = 0, io: str = "float") -> CompileResult:
-    """The TINY model compiled with weights from ``seed``: different seeds, different programs."""
-    torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
-                                torch.nn.Linear(4 * 4 * 4, 2)).eval()
-    x = torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(1))
-    return imxrt.pipeline.compile(model, (x,), "imxrt700", [(x,)], CompileOptions(show_progress=False, io=io))
 
 
 def two_partitions() -> CompileResult:

@@ -306,7 +306,7 @@ def _header(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from imxrt import output_folder
+    from imxrt import writer
     from imxrt.errors import BadFile
     from imxrt.report.html import render
 
@@ -321,7 +321,7 @@ def _report(args: argparse.Namespace) -> int:
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
         raise BadFile(str(path), f"does not have the layout this imxrt writes ({type(e).__name__}: {e}); "
                                  "recompile with imxrt compile") from None
-    output_folder.write_whole(args.outdir / "report.html", page.encode("utf-8"))  # the old one stays on an interrupt
+    writer.write_whole(args.outdir / "report.html", page.encode("utf-8"))  # the old one stays on an interrupt
     print(f"wrote {args.outdir / 'report.html'}")
     return 0
 
@@ -365,7 +365,7 @@ def _run_bundle(args: argparse.Namespace) -> int:
 
 
 def _bundle(args: argparse.Namespace) -> int:
-    from imxrt import bundle, output_folder
+    from imxrt import bundle, output_folder, writer
     from imxrt.errors import BadFile
 
     if args.samples < 1:
@@ -379,7 +379,7 @@ def _bundle(args: argparse.Namespace) -> int:
     io = read_io(paired_report(pte_path, None))
     output_folder.check_overwrite(args.outdir, ["model.bpte"])  # never over a file of the user's
     data = bundle.bundle(pte, io, bundle.test_inputs(io, args.samples))
-    output_folder.write_whole(args.outdir / "model.bpte", data)
+    writer.write_whole(args.outdir / "model.bpte", data)
     output_folder.adopt(args.outdir, ["model.bpte"])  # the next compile there replaces or removes it
     print(f"wrote {args.outdir / 'model.bpte'} ({len(data):,} bytes, {args.samples} test cases)")
     return 0
@@ -414,12 +414,23 @@ def check_output_dir(path: Path) -> None:
                                                    f"{e.strerror or e})") from None
 
 
+def _npy(array) -> bytes:
+    """``array`` as the bytes ``np.save`` writes."""
+    import io
+
+    import numpy as np
+
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
 def _run(args: argparse.Namespace) -> int:
     import zlib
 
     import numpy as np
 
-    from imxrt import integrity
+    from imxrt import integrity, writer
     from imxrt.errors import BadFile
     from imxrt.runtime import load
     from imxrt.runtime.inputs import read_npy
@@ -440,13 +451,13 @@ def _run(args: argparse.Namespace) -> int:
         from imxrt.profiling.etdump import write_etdump
 
         write_etdump(args.etdump, program.file, report)
-    try:
-        if args.output_dir is not None:
+    if args.output_dir is not None:  # each whole, all or none (a full disk), never through a link at the name
+        try:
             args.output_dir.mkdir(parents=True, exist_ok=True)
-            for index, output in enumerate(outputs):
-                np.save(args.output_dir / f"output_{index}.npy", output)
-    except OSError as e:  # e.g. the disk filled up during the run
-        raise BadFile(str(e.filename or args.output_dir), f"cannot be written ({e.strerror or e})") from None
+        except OSError as e:  # e.g. made a file since the check
+            raise BadFile(str(args.output_dir), f"cannot be written ({e.strerror or e})") from None
+        writer.write_all({args.output_dir / f"output_{index}.npy": _npy(output)
+                          for index, output in enumerate(outputs)})
     for index, output in enumerate(outputs):
         crc = zlib.crc32(np.ascontiguousarray(output).tobytes())
         print(f"output {index}: shape {tuple(output.shape)} {output.dtype} crc32 {crc:08x}")

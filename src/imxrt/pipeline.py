@@ -27,7 +27,7 @@ from executorch.exir import (
 from torch.export import ExportedProgram
 from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
-from imxrt import firmware, integrity, output_folder
+from imxrt import firmware, integrity, output_folder, writer
 from imxrt.cpu import ops as cortex_m_ops
 from imxrt.cpu.lowering import lower_to_cortex_m
 from imxrt.errors import BadModel, BadOption, CompilerBug, ImxrtError
@@ -142,7 +142,7 @@ def keep_failed_partition(error: eiq.NeutronConverterFailed, output: str | Path)
     ``failed_<tag>-<n>.tflite``: a file of that name is never overwritten), for a bug report to NXP, and return
     its path. The file appears whole."""
     tag = error.partition.split(" ", 1)[0]
-    return output_folder.write_new(Path(output) / "npu", f"failed_{tag}", ".tflite", error.tflite)
+    return writer.write_new(Path(output) / "npu", f"failed_{tag}", ".tflite", error.tflite)
 
 
 def compile(

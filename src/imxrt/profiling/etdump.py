@@ -26,6 +26,7 @@ from executorch.devtools.etdump.schema_flatcc import ETDumpFlatCC, Event, Profil
 from executorch.devtools.etdump.serialize import serialize_to_etdump_flatcc
 from executorch.exir import schema
 
+from imxrt import writer
 from imxrt.errors import BadFile
 from imxrt.npu import payload
 from imxrt.profiling.instructions import operator_name
@@ -129,8 +130,8 @@ def estimated_etdump(plan: schema.ExecutionPlan, delegate_data: list[bytes], rep
 
 def write_etdump(path: str | os.PathLike, program: ProgramFile, report_path: str | os.PathLike) -> None:
     """Write the estimated ETDump of ``program`` to ``path``, timed by the ``report.json`` compiled with it.
-    The file appears whole (written aside, then renamed); a missing, unreadable or foreign report is a
-    ``BadFile``."""
+    The file appears whole, never written through a link at ``path`` (``imxrt.writer``); a missing, unreadable
+    or foreign report is a ``BadFile``."""
     report_path, path = Path(report_path), Path(path)
     try:
         report = json.loads(report_path.read_text(encoding="utf-8"))
@@ -147,11 +148,4 @@ def write_etdump(path: str | os.PathLike, program: ProgramFile, report_path: str
     except StaleReport as e:
         raise BadFile(str(report_path), f"does not describe {program.name} ({e}); give the report compiled "
                                         "with it") from None
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        partial.write_bytes(data)
-        os.replace(partial, path)
-    except OSError as e:
-        raise BadFile(str(path), f"cannot be written ({e.strerror})") from None
-    finally:
-        partial.unlink(missing_ok=True)
+    writer.write_whole(path, data)

@@ -254,12 +254,11 @@ def read_report(path: Path, missing: str) -> dict:
     import json
 
     from imxrt.errors import BadFile
+    from imxrt.files import JSON_LIMIT, read_text
 
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BadFile(str(path), f"no such file; {missing}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        return json.loads(read_text(path, JSON_LIMIT, "a report.json", missing))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: nesting deeper than Python's stack
         raise BadFile(str(path), f"is not readable JSON ({str(e).strip().splitlines()[0]}); "
                                  "recompile with imxrt compile") from None
 
@@ -289,12 +288,10 @@ def paired_report(pte: Path, report: Path | None) -> Path:
 
 def _header(args: argparse.Namespace) -> int:
     from imxrt import firmware, output_folder
-    from imxrt.errors import BadFile
+    from imxrt.files import read_regular
+    from imxrt.runtime.program import HOST_MEMORY_CAP, PROGRAM_FILE
 
-    try:
-        pte = args.pte.read_bytes()
-    except OSError as e:
-        raise BadFile(str(args.pte), f"cannot be read ({e.strerror or e}); give the .pte imxrt compile wrote") from None
+    pte = read_regular(args.pte, HOST_MEMORY_CAP, PROGRAM_FILE)
     io = read_io(paired_report(args.pte, args.report))
     folder = args.output or args.pte.parent
     names = [f"{args.name}.h", f"{args.name}.c"]
@@ -326,18 +323,9 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _looks_bundled(path: Path) -> bool:
-    from imxrt.bundle import is_bundle
-
-    try:
-        with open(path, "rb") as f:
-            return is_bundle(f.read(8))
-    except OSError:
-        return False  # the .pte reader says what is wrong with the path
-
-
-def _run_bundle(args: argparse.Namespace) -> int:
-    """Run a ``.bpte``'s test cases on the host runtime; exit 1 when an output differs from the bundle's."""
+def _run_bundle(args: argparse.Namespace, data: bytes) -> int:
+    """Run a ``.bpte``'s test cases (``data``, the file's bytes) on the host runtime; exit 1 when an output
+    differs from the bundle's."""
     from imxrt import bundle
     from imxrt.errors import BadFile
     from imxrt.runtime import load
@@ -346,10 +334,6 @@ def _run_bundle(args: argparse.Namespace) -> int:
         raise BadOption("--input/--output-dir/--etdump/--quantize-inputs", str(args.pte),
                         "nothing: a .bpte carries its own inputs (run its model.pte for those options)")
     name = str(args.pte)
-    try:
-        data = args.pte.read_bytes()
-    except OSError as e:
-        raise BadFile(name, f"cannot be read ({e.strerror or e})") from None
     program_bytes, cases = bundle.read(data, name)
     program = load(program_bytes, check_plan=args.check_plan, name=f"{name} (its program)")
     checks = bundle.verify(program, cases)
@@ -366,16 +350,13 @@ def _run_bundle(args: argparse.Namespace) -> int:
 
 def _bundle(args: argparse.Namespace) -> int:
     from imxrt import bundle, output_folder
-    from imxrt.errors import BadFile
+    from imxrt.files import read_regular
+    from imxrt.runtime.program import HOST_MEMORY_CAP, PROGRAM_FILE
 
     if args.samples < 1:
         raise BadOption("--samples", args.samples, "a positive number of test inputs")
     pte_path = args.outdir / "model.pte"
-    try:
-        pte = pte_path.read_bytes()
-    except OSError as e:
-        raise BadFile(str(pte_path), f"cannot be read ({e.strerror or e}); give the folder imxrt compile -o wrote") \
-            from None
+    pte = read_regular(pte_path, HOST_MEMORY_CAP, PROGRAM_FILE, "give the folder imxrt compile -o wrote")
     io = read_io(paired_report(pte_path, None))
     output_folder.check_overwrite(args.outdir, ["model.bpte"])  # never over a file of the user's
     data = bundle.bundle(pte, io, bundle.test_inputs(io, args.samples))
@@ -420,12 +401,16 @@ def _run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from imxrt import integrity
+    from imxrt.bundle import is_bundle
     from imxrt.errors import BadFile
+    from imxrt.files import read_regular
     from imxrt.runtime import load
     from imxrt.runtime.inputs import read_npy
+    from imxrt.runtime.program import HOST_MEMORY_CAP
 
-    if _looks_bundled(args.pte):
-        return _run_bundle(args)
+    data = read_regular(args.pte, HOST_MEMORY_CAP, "a .pte program or .bpte bundle (e.g. out/model.pte)")
+    if is_bundle(data):
+        return _run_bundle(args, data)
     if args.output_dir is not None:
         check_output_dir(args.output_dir)
     inputs = [read_npy(path) for path in args.input]
@@ -434,7 +419,7 @@ def _run(args: argparse.Namespace) -> int:
         from imxrt.runtime.inputs import quantize_inputs
 
         inputs = quantize_inputs(inputs, read_io(report)["inputs"])
-    program = load(args.pte, check_plan=args.check_plan)
+    program = load(data, check_plan=args.check_plan, name=str(args.pte))
     outputs = program.forward(*inputs)
     if args.etdump is not None:
         from imxrt.profiling.etdump import write_etdump

@@ -18,7 +18,6 @@ import dataclasses
 import os
 import struct
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 from executorch.exir import schema
@@ -26,6 +25,7 @@ from executorch.exir._serialize._program import _get_extended_header, deserializ
 
 from imxrt import integrity
 from imxrt.errors import BadFile
+from imxrt.files import read_regular
 
 # A .pte is a flatbuffer with file identifier "ET" + two digits at bytes 4..8 (ET12 in ExecuTorch 1.x).
 _IDENTIFIER_SLICE = slice(4, 8)
@@ -33,6 +33,7 @@ _IDENTIFIER_SLICE = slice(4, 8)
 # need a few MB (the RT700 has 7.5 MB of SRAM), so a file needing more is corrupted or hostile.
 HOST_MEMORY_CAP = 1 << 30
 _FIX = "recompile the model (imxrt compile) or copy the file again"
+PROGRAM_FILE = "a .pte program (e.g. out/model.pte)"  # what a path given for a program must be, for messages
 
 # Bytes per element of each ExecuTorch scalar type the runtime can hold in memory.
 ELEMENT_BYTES = {
@@ -77,15 +78,7 @@ def read_program(source: bytes | bytearray | memoryview | str | os.PathLike, nam
     if isinstance(source, (bytes, bytearray, memoryview)):
         name, data = name or "<bytes>", bytes(source)
     else:
-        name = str(source)
-        try:
-            data = Path(source).read_bytes()
-        except FileNotFoundError:
-            raise BadFile(name, "no such file") from None
-        except IsADirectoryError:
-            raise BadFile(name, "is a folder; give the .pte file (e.g. out/model.pte)") from None
-        except OSError as e:
-            raise BadFile(name, f"cannot be read ({e.strerror})") from None
+        name, data = str(source), read_regular(source, HOST_MEMORY_CAP, PROGRAM_FILE)
     if not data:
         raise BadFile(name, "is empty; expected an ExecuTorch .pte program")
     if len(data) < 8 or data[_IDENTIFIER_SLICE][:2] != b"ET" or not data[_IDENTIFIER_SLICE][2:].isdigit():

@@ -334,8 +334,8 @@ def _run_bundle(args: argparse.Namespace, data: bytes) -> int:
         raise BadOption("--input/--output-dir/--etdump/--quantize-inputs", str(args.pte),
                         "nothing: a .bpte carries its own inputs (run its model.pte for those options)")
     name = str(args.pte)
-    program_bytes, cases = bundle.read(data, name)
-    program = load(program_bytes, check_plan=args.check_plan, name=f"{name} (its program)")
+    checked, cases = bundle.read(data, name)
+    program = load(checked, check_plan=args.check_plan)
     checks = bundle.verify(program, cases)
     for check in checks:
         print(f"output {check.output}: largest difference {check.worst:g} over {len(cases)} test case(s)")

@@ -263,14 +263,34 @@ def read_report(path: Path, missing: str) -> dict:
                                  "recompile with imxrt compile") from None
 
 
+# What each entry of report.json's io gives (passes/int8_io.py io_metadata): the fields imxrt run, header and
+# bundle read, with the JSON types they must have; scale and zero_point are null for a tensor nothing quantizes.
+_IO_FIELDS = {"name": ((str,), "a string"), "shape": ((list,), "a list"), "dtype": ((str,), "a string"),
+              "dim_order": ((list,), "a list"), "scale": ((int, float, type(None)), "a number or null"),
+              "zero_point": ((int, type(None)), "an integer or null")}
+
+
 def read_io(path: Path) -> dict:
-    """``report["io"]`` of a report.json (the model inputs' and outputs' names, shapes, scales)."""
+    """``report["io"]`` of a report.json (the model inputs' and outputs' names, shapes, scales), each entry
+    checked to hold the fields ``_IO_FIELDS`` lists."""
     from imxrt.errors import BadFile
 
     report = read_report(path, "give the report.json compiled with the .pte (--report)")
     io = report.get("io") if isinstance(report, dict) else None
     if not isinstance(io, dict) or not isinstance(io.get("inputs"), list) or not isinstance(io.get("outputs"), list):
         raise BadFile(str(path), "has no model I/O description (io); recompile with this imxrt")
+    for group in ("inputs", "outputs"):
+        for position, entry in enumerate(io[group]):
+            where = f"io.{group}[{position}]"
+            if not isinstance(entry, dict):
+                raise BadFile(str(path), f"{where} is not an object; recompile with this imxrt")
+            for key, (kinds, kind) in _IO_FIELDS.items():
+                if key not in entry:
+                    raise BadFile(str(path), f"{where} has no {key}; recompile with this imxrt")
+                if not isinstance(entry[key], kinds) or isinstance(entry[key], bool):
+                    raise BadFile(str(path), f"{where}.{key} is {entry[key]!r}, not {kind}; recompile with this imxrt")
+            if entry["scale"] is not None and entry["zero_point"] is None:
+                raise BadFile(str(path), f"{where} has a scale but no zero_point; recompile with this imxrt")
     return io
 
 

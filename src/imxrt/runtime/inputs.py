@@ -40,12 +40,17 @@ def quantize_input(array: np.ndarray, scale: float, zero_point: int, name: str) 
 
 
 def quantize_inputs(arrays: Sequence[np.ndarray], described: Sequence[dict]) -> list[np.ndarray]:
-    """Each float array whose input (``report["io"]["inputs"]``) is int8, quantized; the others unchanged."""
+    """Each float array whose input (``report["io"]["inputs"]``) is int8, quantized; the others unchanged, with
+    a warning naming each input the program does not take as int8 (``--quantize-inputs`` does nothing for it:
+    a float input is quantized by the program itself, with the same scale and zero point)."""
     if len(arrays) != len(described):
         raise BadInput(f"the program takes {len(described)} input(s), got {len(arrays)}")
     result = []
     for position, (array, info) in enumerate(zip(arrays, described, strict=True)):
         name = f"{position} ({info['name']})"
+        if info["dtype"] != "int8":
+            log.warning("input %s: the program takes %s, not int8: --quantize-inputs leaves it as given (a float "
+                        "input is quantized by the program itself)", name, info["dtype"])
         if info["dtype"] != "int8" or not np.issubdtype(np.asarray(array).dtype, np.floating):
             result.append(array)
             continue

@@ -15,13 +15,30 @@ EXIT_USER_ERROR = 1
 EXIT_INTERNAL_ERROR = 3
 
 
+class _ErrorsOnly(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
+
+
+_ERRORS_ONLY = _ErrorsOnly()  # one instance: main() may run many times in a process
+
+
 def _quiet_third_party_logs() -> None:
-    # torchao reports optional CUDA kernels it cannot load, torch and ExecuTorch their own deprecations:
-    # noise for a CPU-only compiler's users, who cannot act on it.
+    # torchao reports optional CUDA kernels it cannot load, torch and ExecuTorch their own deprecations, and
+    # torch's symbolic shapes the user code it cannot find for a data-dependent value (before the error that
+    # names the problem): noise for a CPU-only compiler's users, who cannot act on it.
     for name in ("torchao", "torch.utils._pytree", "executorch"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    # a filter, not a level: importing torch resets the levels of its own loggers
+    logging.getLogger("torch.fx.experimental.symbolic_shapes").addFilter(_ERRORS_ONLY)
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
+def _path_unless_empty(text: str) -> Path | None:
+    """``-o`` as a path; None for an empty one, which ``Path`` would read as the current folder (a script's
+    unset variable, ``-o "$OUT"``, must not compile into wherever it runs)."""
+    return Path(text) if text else None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     compile_.add_argument("--isa", default=None,
                           help="CMSIS-NN path for the CPU ops: scalar|dsp|mve (default: the core's own; "
                                "only paths the core can run)")
-    compile_.add_argument("-o", "--output", required=True, type=Path, help="output folder")
+    compile_.add_argument("-o", "--output", required=True, type=_path_unless_empty, help="output folder")
     compile_.add_argument("--calibration-samples", type=int, default=None,
                           help="use at most N calibration samples")
     compile_.add_argument("--neutron-compiler", default="auto", choices=("auto", "reference", "eiq"),
@@ -179,6 +196,8 @@ def _compile(args: argparse.Namespace) -> int:
         raise BadOption("--bundle", args.bundle, "a positive number of test inputs")
     if args.workers < 1:
         raise BadOption("--workers", args.workers, "a positive number of processes")
+    if args.output is None:
+        raise BadOption("-o/--output", "", "a folder (e.g. out; . for the current folder)")
     check_writable(args.output)  # a folder we must not or cannot write fails before minutes of compiling
     source = load_source(args.source)
     options = CompileOptions(

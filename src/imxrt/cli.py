@@ -330,6 +330,7 @@ def _header(args: argparse.Namespace) -> int:
     from imxrt.files import read_regular
     from imxrt.runtime.program import HOST_MEMORY_CAP, PROGRAM_FILE
 
+    firmware.check_symbol(args.name)  # before reading anything
     pte = read_regular(args.pte, HOST_MEMORY_CAP, PROGRAM_FILE)
     io = read_io(paired_report(args.pte, args.report))
     folder = args.output or args.pte.parent

@@ -1,13 +1,18 @@
 """Hostile inputs to `imxrt compile` and `imxrt run`: each is one line naming what is wrong, exit status 1.
 
-NaN/Inf weights and data, a calibration iterable that raises, user code that calls sys.exit, and .npy files
-that are not one plain numeric array. NaN/Inf inputs to a compiled program run, with a warning.
+NaN/Inf weights and data, a calibration iterable that raises, user code that calls sys.exit, .npy files
+that are not one plain numeric array, and paths that are not regular files of a sensible size (a device that
+never ends, a FIFO that blocks, a sparse file of a gigabyte). NaN/Inf inputs to a compiled program run, with a
+warning.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
+import subprocess
+import sys
 import tempfile
 import textwrap
 
@@ -21,6 +26,7 @@ import imxrt.runtime
 from imxrt.accuracy import evaluate
 from imxrt.cli import EXIT_USER_ERROR, main
 from imxrt.errors import BadInput, BadModel
+from imxrt.runtime.program import HOST_MEMORY_CAP
 
 LINEAR = """
 import sys
@@ -282,3 +288,102 @@ def test_evaluation_that_exits_or_raises_is_a_user_error():
     with pytest.raises(BadInput, match="evaluation sample 0: reading the evaluation data raised ValueError: "
                                        "labels.csv is empty"):
         evaluate(torch.nn.Identity(), None, broken(), (x,))
+
+
+# -- paths that are not regular files, or are too big: refused before a byte is read
+
+_CLI_CHILD = textwrap.dedent("""
+    import contextlib, io, json, resource, signal, sys
+    import imxrt.runtime  # every module loaded before the address space is capped
+    from imxrt.cli import main
+
+    class Hung(BaseException):  # not an OSError: a blocked open or read must not pass as one
+        pass
+
+    def alarm(*_):
+        raise Hung("still running after 30 s")
+
+    with open("/proc/self/statm") as statm:
+        in_use = int(statm.read().split()[0]) * resource.getpagesize()
+    resource.setrlimit(resource.RLIMIT_AS, (in_use + (2 << 30), resource.RLIM_INFINITY))
+    signal.signal(signal.SIGALRM, alarm)
+    outcomes = {}
+    for name, argv in json.loads(sys.argv[1]).items():
+        err = io.StringIO()
+        signal.alarm(30)
+        try:
+            with contextlib.redirect_stderr(err):
+                status = main(argv)
+        except BaseException as e:
+            status = f"{type(e).__name__}: {e}"
+        finally:
+            signal.alarm(0)
+        outcomes[name] = [status, err.getvalue()]
+    print(json.dumps(outcomes))
+""")
+
+_DOUBLE_IO = {"inputs": [{"name": "x", "shape": [2, 3], "dtype": "float32", "dim_order": [0, 1], "scale": None,
+                          "zero_point": None}],
+              "outputs": [{"name": "mul", "shape": [2, 3], "dtype": "float32", "dim_order": [0, 1], "scale": None,
+                           "zero_point": None}]}
+
+
+@pytest.fixture(scope="module")
+def unbounded(pte, tmp_path_factory) -> dict[str, tuple[list[str], object, str]]:
+    """Each command given a path that is no regular file or a huge one, run once in a child with 2 GiB of
+    address space to spare and 30 s each: (its arguments, its exit status or the exception it ended in, what
+    it printed on stderr). The child keeps a missing check from hanging or exhausting the test run."""
+    folder = tmp_path_factory.mktemp("unbounded")
+    fifo = folder / "fifo"
+    os.mkfifo(fifo)
+    np.save(folder / "x.npy", X)
+    huge = folder / "huge.pte"
+    with open(huge, "wb") as f:
+        f.truncate(HOST_MEMORY_CAP + 1)  # sparse: no disk, but a gigabyte to whoever reads it
+    (folder / "report").mkdir()
+    os.mkfifo(folder / "report" / "report.json")
+    (folder / "paired").mkdir()
+    (folder / "paired" / "model.pte").write_bytes(pte.read_bytes())
+    (folder / "paired" / "report.json").write_text(json.dumps({"io": _DOUBLE_IO}))
+    os.mkfifo(folder / "paired" / ".imxrt-manifest.json")
+    x = str(folder / "x.npy")
+    runs = {
+        "device_program": ["run", "/dev/zero"],
+        "fifo_program": ["run", str(fifo)],
+        "huge_program": ["run", str(huge)],
+        "fifo_input": ["run", str(pte), "--input", str(fifo)],
+        "device_input": ["run", str(pte), "--input", "/dev/zero"],
+        "fifo_report": ["run", str(pte), "--input", x, "--quantize-inputs", "--report", str(fifo)],
+        "fifo_report_folder": ["report", str(folder / "report")],
+        "fifo_header": ["header", str(fifo)],
+        "fifo_manifest": ["run", str(folder / "paired" / "model.pte"), "--input", x, "--quantize-inputs"],
+    }
+    child = subprocess.run([sys.executable, "-c", _CLI_CHILD, json.dumps(runs)], capture_output=True, text=True,
+                           timeout=600)
+    assert child.returncode == 0, child.stderr[-3000:]
+    outcomes = json.loads(child.stdout.strip().splitlines()[-1])
+    return {name: (runs[name], *outcomes[name]) for name in runs}
+
+
+@pytest.mark.parametrize("case, path, words", [
+    ("device_program", "/dev/zero", "is a character device, not a .pte program or .bpte bundle"),
+    ("fifo_program", "fifo", "is a FIFO (named pipe), not a .pte program or .bpte bundle"),
+    ("huge_program", "huge.pte", f"is {HOST_MEMORY_CAP + 1:,} bytes, more than the {HOST_MEMORY_CAP:,} imxrt "
+                                 "reads for a .pte program"),
+    ("fifo_input", "fifo", "is a FIFO (named pipe), not a .npy file"),
+    ("device_input", "/dev/zero", "is a character device, not a .npy file"),
+    ("fifo_report", "fifo", "is a FIFO (named pipe), not a report.json"),
+    ("fifo_report_folder", "report.json", "is a FIFO (named pipe), not a report.json"),
+    ("fifo_header", "fifo", "is a FIFO (named pipe), not a .pte program"),
+])
+def test_a_path_that_is_no_regular_file_or_too_big_is_one_line_before_reading(unbounded, case, path, words):
+    argv, status, err = unbounded[case]
+    line = _error_line(status, err)
+    assert f"{path}: {words}" in line, line
+
+
+def test_a_fifo_beside_the_program_where_its_manifest_would_be_does_not_block(unbounded):
+    """`imxrt run --quantize-inputs` reads the manifest beside the report: a FIFO there is not a manifest of
+    ours, so the report is taken as the user's and the program runs."""
+    argv, status, err = unbounded["fifo_manifest"]
+    assert status == 0, err

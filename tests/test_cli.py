@@ -88,6 +88,34 @@ def test_missing_source_file(tmp_path, capsys):
     assert "nope.py: no such file" in capsys.readouterr().err
 
 
+def test_a_folder_as_source_is_said_to_be_a_folder(tmp_path, capsys):
+    (tmp_path / "models").mkdir()
+    status = main(["compile", str(tmp_path / "models"), "-o", str(tmp_path / "o")])
+    assert status == EXIT_USER_ERROR and not (tmp_path / "o").exists()
+    assert f"{tmp_path / 'models'}: is a folder, not a Python file defining model()" in capsys.readouterr().err
+
+
+def test_an_empty_output_path_is_refused_not_taken_as_the_current_folder(tmp_path, capsys, monkeypatch):
+    source = _write(tmp_path, TINY)
+    monkeypatch.chdir(tmp_path)
+    status = main(["compile", str(source), "-o", "", "--quiet"])
+    err = capsys.readouterr().err
+    assert status == EXIT_USER_ERROR and err.count("\n") == 1
+    assert err.startswith("imxrt: error: -o/--output: '' is not valid; use a folder"), err
+    assert [p.name for p in tmp_path.iterdir()] == ["source.py"]
+
+
+def test_data_dependent_control_flow_is_one_line_without_torchs_graph(tmp_path):
+    """torch.export prints the graph it traced so far (twice) and torch's symbolic shapes log a warning before
+    it raises: the command prints only the line naming the problem."""
+    text, words = BAD_SOURCES["control_flow_on_data"]
+    run = subprocess.run([sys.executable, "-m", "imxrt.cli", "compile", str(_write(tmp_path, text)),
+                          "-o", str(tmp_path / "o"), "--quiet"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == EXIT_USER_ERROR
+    assert run.stderr.count("\n") == 1 and run.stderr.startswith("imxrt: error: ") and words in run.stderr, \
+        run.stderr
+
+
 def test_compile_writes_pte_report_and_partition_and_says_it_calibrated_on_examples(tmp_path, caplog):
     out = tmp_path / "out"
     status = main(["compile", str(_write(tmp_path, TINY)), "--target", "imxrt700", "-o", str(out), "--quiet"])

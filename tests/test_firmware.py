@@ -106,6 +106,28 @@ def test_header_cli_errors_leave_nothing(tmp_path, capsys):
         firmware.render(compiled("int8").pte, compiled("int8").io, "bad-name")
 
 
+@pytest.mark.parametrize("name, accepted", [
+    ("model_pte", True), ("int8", True), ("_model", True), ("intx", True),
+    ("int", False), ("while", False), ("bool", False), ("_Bool", False), ("uint8_t", False), ("size_t", False),
+    ("NULL", False), ("INT8_MAX", False), ("__model", False), ("_Model", False), ("9lives", False), ("a-b", False),
+])
+def test_the_array_name_is_a_c_identifier_no_keyword_standard_or_reserved_name(name, accepted):
+    if accepted:
+        firmware.check_symbol(name)
+    else:
+        with pytest.raises(BadOption, match=f"--name: '{name}' is not valid; use a C identifier"):
+            firmware.check_symbol(name)
+
+
+def test_header_cli_refuses_a_c_keyword_as_name_and_writes_nothing(tmp_path, capsys):
+    compiled("int8").save(tmp_path / "out")
+    before = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert main(["header", str(tmp_path / "out" / "model.pte"), "--name", "int"]) == EXIT_USER_ERROR
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--name: 'int' is not valid" in err and "not a C keyword" in err, err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == before
+
+
 def test_c_identifier():
     assert firmware.c_identifier("input.0-x") == "input_0_x"
     assert firmware.c_identifier("0x") == "_0x"

@@ -7,6 +7,7 @@ graph, int8 in and out): TFLM and the int8-I/O program run on the same int8 inpu
 from __future__ import annotations
 
 import functools
+import json
 import logging
 
 import numpy as np
@@ -138,3 +139,31 @@ def test_cli_run_quantizes_float_inputs_only_when_asked(tmp_path, capsys, caplog
     assert "input 0 (x): 108 of 108 value(s) are outside the int8 range" in caplog.text
     expected = imxrt.runtime.load(tiny("int8").pte).forward(np.full((1, 3, 6, 6), 127, np.int8))[0]
     np.testing.assert_array_equal(np.load(tmp_path / "y" / "output_0.npy"), expected)
+
+
+def test_quantize_inputs_with_a_report_io_entry_without_dtype_is_one_line_naming_it(tmp_path, capsys):
+    tiny("int8").save(tmp_path / "out")
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    del report["io"]["inputs"][0]["dtype"]
+    (tmp_path / "edited.json").write_text(json.dumps(report))
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 6, 6), np.float32))
+    status = main(["run", str(tmp_path / "out" / "model.pte"), "--input", str(tmp_path / "x.npy"),
+                   "--quantize-inputs", "--report", str(tmp_path / "edited.json"), "--output-dir", str(tmp_path / "y")])
+    err = capsys.readouterr().err
+    assert status == EXIT_USER_ERROR and err.count("\n") == 1, err
+    assert f"{tmp_path / 'edited.json'}: io.inputs[0] has no dtype; recompile" in err
+    assert not (tmp_path / "y").exists()
+
+
+def test_quantize_inputs_for_a_float_input_program_warns_naming_the_input(tmp_path, caplog):
+    """The program quantizes its float input itself, with the same scale and zero point: the run is right,
+    and the flag did nothing, which the user is told."""
+    tiny("float").save(tmp_path / "out")
+    x = np.random.default_rng(3).standard_normal((1, 3, 6, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    with caplog.at_level(logging.WARNING, logger="imxrt"):
+        assert main(["run", str(tmp_path / "out" / "model.pte"), "--input", str(tmp_path / "x.npy"),
+                     "--quantize-inputs", "--output-dir", str(tmp_path / "y")]) == 0
+    assert "input 0 (x): the program takes float32, not int8: --quantize-inputs leaves it as given" in caplog.text
+    np.testing.assert_array_equal(np.load(tmp_path / "y" / "output_0.npy"),
+                                  imxrt.runtime.load(tiny("float").pte).forward(x)[0])

@@ -229,6 +229,7 @@ def _broken(report: dict) -> dict:
 BAD_REPORTS = {
     "missing": (None, "report.json: no such file; give the folder imxrt compile -o wrote"),
     "not_json": ("{", "report.json: is not readable JSON"),
+    "too_deep": ("[" * 100_000, "report.json: is not readable JSON"),  # deeper than Python's stack
     "not_a_report": (json.dumps({"hello": 1}), "is not an imxrt report (no target, neutron_compiler, ops"),
     "a_list": (json.dumps([1, 2]), "is not an imxrt report"),
     "wrong_layout": (json.dumps(_broken(_report())), "does not have the layout this imxrt writes"),

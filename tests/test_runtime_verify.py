@@ -18,12 +18,10 @@ import numpy as np
 import pytest
 import torch
 from ai_edge_litert import schema_py_generated as tflite_schema
-from edited_programs import edited
+from edited_programs import Packed, edited, shared, shared_constant
 from executorch.exir import schema
-from executorch.exir._serialize.generated.executorch_flatbuffer.Buffer import BufferT
 from executorch.exir._serialize.generated.executorch_flatbuffer.EValue import EValueT
 from executorch.exir._serialize.generated.executorch_flatbuffer.KernelTypes import KernelTypes
-from executorch.exir._serialize.generated.executorch_flatbuffer.Program import ProgramT
 from executorch.exir._serialize.generated.executorch_flatbuffer.Tensor import TensorT
 
 import imxrt
@@ -94,32 +92,9 @@ def _negative_buffer(cpu: bytes, delegated: bytes) -> bytes:
     return edited(cpu, edit)
 
 
-class _Packed:
-    """A table already in the builder: packing it again gives the same offset (a shared table)."""
-
-    def __init__(self, offset: int) -> None:
-        self.offset = offset
-
-    def Pack(self, builder) -> int:  # the flatbuffer object API's name
-        return self.offset
-
-
-def _shared(pte: bytes, add) -> bytes:
-    """``pte`` packed with the object API, after ``add(program, builder)`` appended shared tables to it."""
-    program_t = ProgramT.InitFromPackedBuf(bytearray(edited(pte, lambda program: None)), 0)
-    builder = flatbuffers.Builder(1 << 20)
-    add(program_t, builder)
-    builder.Finish(program_t.Pack(builder), file_identifier=pte[4:8])
-    return bytes(builder.Output())
-
-
 def _shared_constant(cpu: bytes, delegated: bytes) -> bytes:
     """20,000 constant buffers that are one 200 KB buffer: 80 KB of offsets, 4 GB once each is read."""
-    def add(program_t, builder):
-        buffer = BufferT()
-        buffer.storage = np.zeros(200_000, np.uint8)
-        program_t.constantBuffer += [_Packed(buffer.Pack(builder))] * 20_000
-    return _shared(cpu, add)
+    return shared_constant(cpu)
 
 
 def _shared_tensor(cpu: bytes, delegated: bytes) -> bytes:
@@ -129,8 +104,8 @@ def _shared_tensor(cpu: bytes, delegated: bytes) -> bytes:
         tensor.scalarType, tensor.sizes = schema.ScalarType.CHAR, np.ones(50_000, np.int32)
         value = EValueT()
         value.valType, value.val = KernelTypes.Tensor, tensor
-        program_t.executionPlan[0].values += [_Packed(value.Pack(builder))] * 20_000
-    return _shared(cpu, add)
+        program_t.executionPlan[0].values += [Packed(value.Pack(builder))] * 20_000
+    return shared(cpu, add)
 
 
 def _huge_cortex_m_pool(cpu: bytes, delegated: bytes) -> bytes:

@@ -13,8 +13,11 @@ every tensor contiguous, and the runtime's loader copies bytes as the bundled te
 output check insists on the program's strides.
 
 ``imxrt run model.bpte`` reads a bundle back (``read``), runs every case on the host runtime and reports the
-largest difference per output (``verify``). The file is untrusted: every bundled tensor is checked against its
-sizes, dtype and dim order before it becomes an array, and the program inside is loaded as any ``.pte`` is.
+largest difference per output (``verify``). The file is untrusted: before ExecuTorch's reader expands it, what
+that reader would build is priced by the walk that prices a ``.pte`` (``runtime/read_cost.py``; a tensor that
+a thousand test cases share by offset is read a thousand times) and the program inside is read and checked as
+any ``.pte`` is; their sum over ``HOST_MEMORY_CAP`` is a ``BadFile``. Every bundled tensor is then checked
+against its sizes, dtype and dim order before it becomes an array.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import torch
 
 from imxrt.errors import BadFile
 from imxrt.runtime.inputs import quantize_input
+from imxrt.runtime.program import ProgramFile, check_cap, read_program
+from imxrt.runtime.read_cost import BYTES, NUMBERS, SCALARS, STRING, TABLES, U32, UNION, Prices, ReadCost, Table
 
 IDENTIFIER = b"BP08"  # the BundledProgram flatbuffer's file identifier (bytes 4..8)
 METHOD = "forward"
@@ -130,13 +135,45 @@ class Case:
     expected: list[np.ndarray]
 
 
-def read(data: bytes, name: str) -> tuple[bytes, list[Case]]:
-    """(the program's bytes, the forward method's test cases) of a ``.bpte``; ``BadFile`` naming ``name`` for
-    anything that is not a bundle of tensors we can check."""
+# ExecuTorch's bundle reader (deserialize_from_flatbuffer_to_bundled_program) has flatc write the file as JSON,
+# each number of a vector on a line of its own indented by its depth, then json.loads the text and builds
+# dataclasses from the dicts. Measured peaks (tracemalloc; flatc's own peak is half of Python's): 51 bytes per
+# byte of a tensor's data, the deepest vectors.
+_READER = Prices(table=1024,  # a JSON object's text, its dict and its dataclass
+                 item=96,  # a number of sizes or dim_order: its line, an int object, a slot in two lists
+                 byte=56)  # a byte of data or of the program: its line of text and a list slot, then a byte
+_TENSOR = Table("Tensor", (6, NUMBERS, 4), (8, BYTES, None), (10, NUMBERS, 1))
+_VALUE = Table("Value", (6, UNION, (_TENSOR, SCALARS, SCALARS, SCALARS)))  # ValueUnion: Tensor, Int, Bool, Double
+_CASE = Table("BundledMethodTestCase", (4, TABLES, _VALUE), (6, TABLES, _VALUE))
+_SUITE = Table("BundledMethodTestSuite", (4, STRING, None), (6, TABLES, _CASE))
+_BUNDLE = Table("BundledProgram", (6, TABLES, _SUITE), (8, BYTES, None))
+_PROGRAM_SLOT = 8  # BundledProgram.program
+
+
+def read_cost(data: bytes, name: str) -> tuple[int, bytes]:
+    """(what ExecuTorch's reader would build from the ``.bpte`` bytes ``data``, counted without building it;
+    the program's bytes, read in place); ``BadFile`` for an offset outside the file."""
+    cost = ReadCost(data, _READER)
+    try:
+        root = cost.read(U32, 0)
+        total = cost.table(_BUNDLE, root) + len(data)  # flatc reads the whole file
+        return total, cost.vector(root, _PROGRAM_SLOT, "u1").tobytes()
+    except ValueError as e:
+        raise BadFile(name, f"is a damaged BundledProgram ({e}); bundle the program again") from None
+
+
+def read(data: bytes, name: str) -> tuple[ProgramFile, list[Case]]:
+    """(the program, read and checked as a ``.pte``; the forward method's test cases) of a ``.bpte``;
+    ``BadFile`` naming ``name`` for anything that is not a bundle of tensors we can check, or that would take
+    more than the host runtime's memory cap to read."""
     from executorch.devtools.bundled_program.serialize import deserialize_from_flatbuffer_to_bundled_program
 
     if not is_bundle(data):
         raise BadFile(name, "is not a BundledProgram (.bpte); give the file imxrt compile --bundle wrote")
+    reading, program_bytes = read_cost(data, name)
+    check_cap(name, reading, "to read")
+    program = read_program(program_bytes, f"{name} (its program)")
+    check_cap(name, reading + program.required_bytes, "to read with its program")  # the program stays loaded
     try:
         bundled = deserialize_from_flatbuffer_to_bundled_program(bytes(data))
     except Exception as e:  # noqa: BLE001  (flatc's or the JSON reader's error: the file is damaged)
@@ -149,7 +186,7 @@ def read(data: bytes, name: str) -> tuple[bytes, list[Case]]:
         where = f"{name}: test case {index}"
         cases.append(Case([_array(v, f"{where}, input {i}") for i, v in enumerate(case.inputs)],
                           [_array(v, f"{where}, expected output {i}") for i, v in enumerate(case.expected_outputs)]))
-    return bytes(bundled.program), cases
+    return program, cases
 
 
 def _array(value, where: str) -> np.ndarray:

@@ -15,13 +15,30 @@ EXIT_USER_ERROR = 1
 EXIT_INTERNAL_ERROR = 3
 
 
+class _ErrorsOnly(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
+
+
+_ERRORS_ONLY = _ErrorsOnly()  # one instance: main() may run many times in a process
+
+
 def _quiet_third_party_logs() -> None:
-    # torchao reports optional CUDA kernels it cannot load, torch and ExecuTorch their own deprecations:
-    # noise for a CPU-only compiler's users, who cannot act on it.
+    # torchao reports optional CUDA kernels it cannot load, torch and ExecuTorch their own deprecations, and
+    # torch's symbolic shapes the user code it cannot find for a data-dependent value (before the error that
+    # names the problem): noise for a CPU-only compiler's users, who cannot act on it.
     for name in ("torchao", "torch.utils._pytree", "executorch"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    # a filter, not a level: importing torch resets the levels of its own loggers
+    logging.getLogger("torch.fx.experimental.symbolic_shapes").addFilter(_ERRORS_ONLY)
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
+def _path_unless_empty(text: str) -> Path | None:
+    """``-o`` as a path; None for an empty one, which ``Path`` would read as the current folder (a script's
+    unset variable, ``-o "$OUT"``, must not compile into wherever it runs)."""
+    return Path(text) if text else None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     compile_.add_argument("--isa", default=None,
                           help="CMSIS-NN path for the CPU ops: scalar|dsp|mve (default: the core's own; "
                                "only paths the core can run)")
-    compile_.add_argument("-o", "--output", required=True, type=Path, help="output folder")
+    compile_.add_argument("-o", "--output", required=True, type=_path_unless_empty, help="output folder")
     compile_.add_argument("--calibration-samples", type=int, default=None,
                           help="use at most N calibration samples")
     compile_.add_argument("--neutron-compiler", default="auto", choices=("auto", "reference", "eiq"),
@@ -179,6 +196,8 @@ def _compile(args: argparse.Namespace) -> int:
         raise BadOption("--bundle", args.bundle, "a positive number of test inputs")
     if args.workers < 1:
         raise BadOption("--workers", args.workers, "a positive number of processes")
+    if args.output is None:
+        raise BadOption("-o/--output", "", "a folder (e.g. out; . for the current folder)")
     check_writable(args.output)  # a folder we must not or cannot write fails before minutes of compiling
     source = load_source(args.source)
     options = CompileOptions(
@@ -254,24 +273,43 @@ def read_report(path: Path, missing: str) -> dict:
     import json
 
     from imxrt.errors import BadFile
+    from imxrt.files import JSON_LIMIT, read_text
 
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BadFile(str(path), f"no such file; {missing}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        return json.loads(read_text(path, JSON_LIMIT, "a report.json", missing))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: nesting deeper than Python's stack
         raise BadFile(str(path), f"is not readable JSON ({str(e).strip().splitlines()[0]}); "
                                  "recompile with imxrt compile") from None
 
 
+# What each entry of report.json's io gives (passes/int8_io.py io_metadata): the fields imxrt run, header and
+# bundle read, with the JSON types they must have; scale and zero_point are null for a tensor nothing quantizes.
+_IO_FIELDS = {"name": ((str,), "a string"), "shape": ((list,), "a list"), "dtype": ((str,), "a string"),
+              "dim_order": ((list,), "a list"), "scale": ((int, float, type(None)), "a number or null"),
+              "zero_point": ((int, type(None)), "an integer or null")}
+
+
 def read_io(path: Path) -> dict:
-    """``report["io"]`` of a report.json (the model inputs' and outputs' names, shapes, scales)."""
+    """``report["io"]`` of a report.json (the model inputs' and outputs' names, shapes, scales), each entry
+    checked to hold the fields ``_IO_FIELDS`` lists."""
     from imxrt.errors import BadFile
 
     report = read_report(path, "give the report.json compiled with the .pte (--report)")
     io = report.get("io") if isinstance(report, dict) else None
     if not isinstance(io, dict) or not isinstance(io.get("inputs"), list) or not isinstance(io.get("outputs"), list):
         raise BadFile(str(path), "has no model I/O description (io); recompile with this imxrt")
+    for group in ("inputs", "outputs"):
+        for position, entry in enumerate(io[group]):
+            where = f"io.{group}[{position}]"
+            if not isinstance(entry, dict):
+                raise BadFile(str(path), f"{where} is not an object; recompile with this imxrt")
+            for key, (kinds, kind) in _IO_FIELDS.items():
+                if key not in entry:
+                    raise BadFile(str(path), f"{where} has no {key}; recompile with this imxrt")
+                if not isinstance(entry[key], kinds) or isinstance(entry[key], bool):
+                    raise BadFile(str(path), f"{where}.{key} is {entry[key]!r}, not {kind}; recompile with this imxrt")
+            if entry["scale"] is not None and entry["zero_point"] is None:
+                raise BadFile(str(path), f"{where} has a scale but no zero_point; recompile with this imxrt")
     return io
 
 
@@ -289,12 +327,11 @@ def paired_report(pte: Path, report: Path | None) -> Path:
 
 def _header(args: argparse.Namespace) -> int:
     from imxrt import firmware, output_folder
-    from imxrt.errors import BadFile
+    from imxrt.files import read_regular
+    from imxrt.runtime.program import HOST_MEMORY_CAP, PROGRAM_FILE
 
-    try:
-        pte = args.pte.read_bytes()
-    except OSError as e:
-        raise BadFile(str(args.pte), f"cannot be read ({e.strerror or e}); give the .pte imxrt compile wrote") from None
+    firmware.check_symbol(args.name)  # before reading anything
+    pte = read_regular(args.pte, HOST_MEMORY_CAP, PROGRAM_FILE)
     io = read_io(paired_report(args.pte, args.report))
     folder = args.output or args.pte.parent
     names = [f"{args.name}.h", f"{args.name}.c"]
@@ -326,18 +363,9 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _looks_bundled(path: Path) -> bool:
-    from imxrt.bundle import is_bundle
-
-    try:
-        with open(path, "rb") as f:
-            return is_bundle(f.read(8))
-    except OSError:
-        return False  # the .pte reader says what is wrong with the path
-
-
-def _run_bundle(args: argparse.Namespace) -> int:
-    """Run a ``.bpte``'s test cases on the host runtime; exit 1 when an output differs from the bundle's."""
+def _run_bundle(args: argparse.Namespace, data: bytes) -> int:
+    """Run a ``.bpte``'s test cases (``data``, the file's bytes) on the host runtime; exit 1 when an output
+    differs from the bundle's."""
     from imxrt import bundle
     from imxrt.errors import BadFile
     from imxrt.runtime import load
@@ -346,12 +374,8 @@ def _run_bundle(args: argparse.Namespace) -> int:
         raise BadOption("--input/--output-dir/--etdump/--quantize-inputs", str(args.pte),
                         "nothing: a .bpte carries its own inputs (run its model.pte for those options)")
     name = str(args.pte)
-    try:
-        data = args.pte.read_bytes()
-    except OSError as e:
-        raise BadFile(name, f"cannot be read ({e.strerror or e})") from None
-    program_bytes, cases = bundle.read(data, name)
-    program = load(program_bytes, check_plan=args.check_plan, name=f"{name} (its program)")
+    checked, cases = bundle.read(data, name)
+    program = load(checked, check_plan=args.check_plan)
     checks = bundle.verify(program, cases)
     for check in checks:
         print(f"output {check.output}: largest difference {check.worst:g} over {len(cases)} test case(s)")
@@ -366,16 +390,13 @@ def _run_bundle(args: argparse.Namespace) -> int:
 
 def _bundle(args: argparse.Namespace) -> int:
     from imxrt import bundle, output_folder, writer
-    from imxrt.errors import BadFile
+    from imxrt.files import read_regular
+    from imxrt.runtime.program import HOST_MEMORY_CAP, PROGRAM_FILE
 
     if args.samples < 1:
         raise BadOption("--samples", args.samples, "a positive number of test inputs")
     pte_path = args.outdir / "model.pte"
-    try:
-        pte = pte_path.read_bytes()
-    except OSError as e:
-        raise BadFile(str(pte_path), f"cannot be read ({e.strerror or e}); give the folder imxrt compile -o wrote") \
-            from None
+    pte = read_regular(pte_path, HOST_MEMORY_CAP, PROGRAM_FILE, "give the folder imxrt compile -o wrote")
     io = read_io(paired_report(pte_path, None))
     output_folder.check_overwrite(args.outdir, ["model.bpte"])  # never over a file of the user's
     data = bundle.bundle(pte, io, bundle.test_inputs(io, args.samples))
@@ -431,12 +452,16 @@ def _run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from imxrt import integrity, writer
+    from imxrt.bundle import is_bundle
     from imxrt.errors import BadFile
+    from imxrt.files import read_regular
     from imxrt.runtime import load
     from imxrt.runtime.inputs import read_npy
+    from imxrt.runtime.program import HOST_MEMORY_CAP
 
-    if _looks_bundled(args.pte):
-        return _run_bundle(args)
+    data = read_regular(args.pte, HOST_MEMORY_CAP, "a .pte program or .bpte bundle (e.g. out/model.pte)")
+    if is_bundle(data):
+        return _run_bundle(args, data)
     if args.output_dir is not None:
         check_output_dir(args.output_dir)
     inputs = [read_npy(path) for path in args.input]
@@ -445,7 +470,7 @@ def _run(args: argparse.Namespace) -> int:
         from imxrt.runtime.inputs import quantize_inputs
 
         inputs = quantize_inputs(inputs, read_io(report)["inputs"])
-    program = load(args.pte, check_plan=args.check_plan)
+    program = load(data, check_plan=args.check_plan, name=str(args.pte))
     outputs = program.forward(*inputs)
     if args.etdump is not None:
         from imxrt.profiling.etdump import write_etdump

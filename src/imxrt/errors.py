@@ -56,7 +56,7 @@ class BadFile(ImxrtError):
 
     def __init__(self, path: str, problem: str):
         super().__init__(f"{path}: {problem}")
-        self.path = path
+        self.path, self.problem = path, problem
 
 
 class BadInput(ImxrtError):

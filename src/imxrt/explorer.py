@@ -130,11 +130,15 @@ def config(outdir: Path, report: dict, etdump: Path | None = None):
     its import defines, so one already imported here (to convert the graph) would not be registered there."""
     import multiprocessing
 
+    from imxrt.files import check_regular
+    from imxrt.runtime.program import HOST_MEMORY_CAP, PROGRAM_FILE
+
     model_explorer, _ = _require_server()
     etrecord, pte = outdir / "model.etrecord", outdir / "model.pte"
-    for path in (etrecord, pte):
-        if not path.is_file():
-            raise BadFile(str(path), "no such file; give the folder imxrt compile -o wrote")
+    check_regular(etrecord, HOST_MEMORY_CAP, "an ETRecord", "give the folder imxrt compile -o wrote")
+    check_regular(pte, HOST_MEMORY_CAP, PROGRAM_FILE, "give the folder imxrt compile -o wrote")
+    if etdump is not None:
+        check_regular(etdump, HOST_MEMORY_CAP, "an ETDump (imxrt run --etdump)")
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         data = pool.apply(folder_overlays, (outdir, report, etdump))
     cfg = model_explorer.config()

@@ -23,12 +23,38 @@ from imxrt.runtime.program import read_program, tensor_nbytes
 
 ALIGNMENT = 16  # ExecuTorch's flatbuffer and segment alignment; also a safe DMA alignment
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# The keywords of C (C89 to C23) and the names the header's own includes (stddef.h, stdint.h) define: a symbol
+# spelt as one of them does not compile.
+_C_KEYWORDS = frozenset("""
+    auto break case char const continue default do double else enum extern float for goto if inline int long
+    register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
+    _Alignas _Alignof _Atomic _Bool _Complex _Decimal128 _Decimal32 _Decimal64 _Generic _Imaginary _Noreturn
+    _Static_assert _Thread_local alignas alignof bool constexpr false nullptr static_assert thread_local true
+    typeof typeof_unqual
+    """.split())
+_STANDARD_NAMES = re.compile(r"(u?int(_least|_fast)?(8|16|32|64)_t|u?int(max|ptr)_t|size_t|ptrdiff_t|wchar_t"
+                             r"|max_align_t|nullptr_t|NULL|offsetof|U?INT(_LEAST|_FAST)?(8|16|32|64)_(MIN|MAX)"
+                             r"|U?INT(MAX|PTR)_(MIN|MAX)|U?INT(8|16|32|64|MAX)_C|(SIZE|PTRDIFF|SIG_ATOMIC|WCHAR|WINT)"
+                             r"_(MIN|MAX))\Z")
 
 
 def c_identifier(name: str) -> str:
     """``name`` as a C identifier: other characters become ``_``, a leading digit gets a ``_`` before it."""
     text = re.sub(r"[^A-Za-z0-9_]", "_", name)
     return f"_{text}" if not text or text[0].isdigit() else text
+
+
+def check_symbol(symbol: str) -> None:
+    """The C array's name (``--name``, also the files' stem) is a C identifier: letters, digits and ``_``, not
+    starting with a digit, not a C keyword or a name of ``stddef.h`` / ``stdint.h``, and not one C reserves
+    (``__`` or ``_`` and a capital first)."""
+    allowed = "a C identifier (letters, digits, _; not starting with a digit)"
+    if not _IDENTIFIER.match(symbol):
+        raise BadOption("--name", symbol, allowed)
+    if symbol in _C_KEYWORDS or _STANDARD_NAMES.match(symbol):
+        raise BadOption("--name", symbol, f"{allowed} that is not a C keyword or standard name")
+    if symbol.startswith("__") or re.match(r"_[A-Z]", symbol):
+        raise BadOption("--name", symbol, f"{allowed} that C does not reserve (__ or _ and a capital first)")
 
 
 def _c_string(text: str) -> str:
@@ -69,8 +95,7 @@ def render(pte: bytes, io: dict, symbol: str = "model_pte", bundled: bytes | Non
     """(header text, source text) for the program bytes ``pte`` with ``io`` (``report["io"]``). With
     ``bundled`` (``model.bpte``, the same program with test cases) the array holds the bundle instead, for a
     runner that checks its outputs with ExecuTorch's bundled-program API; the I/O and memory are the program's."""
-    if not _IDENTIFIER.match(symbol):
-        raise BadOption("--name", symbol, "a C identifier (letters, digits, _; not starting with a digit)")
+    check_symbol(symbol)
     program = read_program(pte)
     plan = program.plan
     inputs = _io(plan, list(plan.inputs), io["inputs"], "input", program.name)

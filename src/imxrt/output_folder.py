@@ -30,6 +30,7 @@ from pathlib import Path, PurePosixPath
 
 from imxrt import writer
 from imxrt.errors import BadFile, BadOption
+from imxrt.files import JSON_LIMIT, read_text
 
 log = logging.getLogger("imxrt")
 
@@ -173,17 +174,17 @@ def adopt(folder: str | Path, names: list[str]) -> None:
 def read_manifest(folder: Path) -> Manifest | None:
     """The manifest in ``folder``, or None when there is none. ``BadFile`` when it is not one we wrote."""
     path = folder / MANIFEST
+    if not path.exists():
+        return None
     try:
-        if not stat.S_ISREG(path.lstat().st_mode):  # a link could point anywhere, a pipe would never end
+        if not stat.S_ISREG(path.lstat().st_mode):  # a link could point anywhere
             raise ValueError("not a regular file")
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path, JSON_LIMIT, "a manifest imxrt wrote"))  # not a FIFO, device or huge
         if data.get("imxrt_output") != _FORMAT:
             raise ValueError("unknown format")
         return Manifest(files=_entries(data["files"]), folders=frozenset(_relative(f) for f in data["folders"]),
                         replacing=_entries(data.get("replacing", {})))
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+    except (BadFile, OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise BadFile(str(path), "is not a manifest this imxrt wrote; use an empty folder, or remove it and the "
                                  "outputs it lists") from None
 

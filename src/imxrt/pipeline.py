@@ -10,10 +10,12 @@ import dataclasses
 import itertools
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 from dataclasses import dataclass, field
+from io import StringIO
 from pathlib import Path
 
 import torch
@@ -358,7 +360,7 @@ def export(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], tra
     capture, or one with dynamic shapes, is a ``BadModel`` naming the cause."""
     model = model.train() if training else model.eval()
     try:
-        exported = torch.export.export(model, example_inputs, strict=False)
+        exported = _export_without_partial_graph(model, example_inputs)
     except SystemExit as e:  # not an Exception: it would end imxrt silently, with the user's status
         raise BadModel(f"model(...) {called_exit(e)} while torch.export ran forward() on the example inputs; "
                        "forward() must return its outputs, not exit the process") from None
@@ -372,6 +374,25 @@ def export(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], tra
             raise BadModel("dynamic shapes are not supported: the NPU and the memory plan need static "
                            f"shapes (symbolic shape {tuple(value.shape)})", node=node.name)
     return exported
+
+
+def _export_without_partial_graph(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...]
+                                  ) -> ExportedProgram:
+    """``torch.export.export``, without the graph it prints to stderr before raising on data-dependent control
+    flow (``partial_fx_graph``: some twenty lines, twice, before the one line that names the problem; the
+    exception still carries it). Whatever else is written to stderr meanwhile (the model's own prints) is
+    passed on after."""
+    written = StringIO()
+    graph = None
+    try:
+        with redirect_stderr(written):
+            return torch.export.export(model, example_inputs, strict=False)
+    except BaseException as e:
+        graph = getattr(e, "partial_fx_graph", None)
+        raise
+    finally:
+        text = written.getvalue()
+        sys.stderr.write(text.replace(f"{graph}\n", "") if graph is not None else text)
 
 
 def export_for_qat(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...]) -> ExportedProgram:

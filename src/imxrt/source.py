@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from imxrt.errors import BadSource
+from imxrt.errors import BadFile, BadSource
+from imxrt.files import check_regular
 from imxrt.model_checks import called_exit
 
 # What a SOURCE file that exits is told: script code belongs under a main guard.
@@ -56,8 +57,10 @@ def load_source(source: str) -> ModelSource:
 
 def import_file(source: str, path: Path):
     """Import a SOURCE file as a module; it may import the files beside it."""
-    if not path.is_file():
-        raise BadSource(source, "no such file")
+    try:  # a folder or a FIFO is not a SOURCE file (importing a FIFO would wait for a writer)
+        check_regular(path, None, "a Python file defining model() and example_inputs()")
+    except BadFile as e:
+        raise BadSource(source, e.problem) from None
     name = f"imxrt_source_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

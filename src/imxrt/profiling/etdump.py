@@ -28,6 +28,7 @@ from executorch.exir import schema
 
 from imxrt import writer
 from imxrt.errors import BadFile
+from imxrt.files import JSON_LIMIT, read_text
 from imxrt.npu import payload
 from imxrt.profiling.instructions import operator_name
 
@@ -134,11 +135,9 @@ def write_etdump(path: str | os.PathLike, program: ProgramFile, report_path: str
     or foreign report is a ``BadFile``."""
     report_path, path = Path(report_path), Path(path)
     try:
-        report = json.loads(report_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BadFile(str(report_path), "no such file; the ETDump's times come from the report.json imxrt "
-                                        "compile wrote beside the .pte (or pass --report)") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        report = json.loads(read_text(report_path, JSON_LIMIT, "a report.json", "the ETDump's times come from the "
+                                      "report.json imxrt compile wrote beside the .pte (or pass --report)"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise BadFile(str(report_path), f"is not readable JSON ({str(e).strip().splitlines()[0]})") from None
     if not isinstance(report, dict) or "profiling" not in report or "latency" not in report:
         raise BadFile(str(report_path), "has no latency estimate or instruction table; recompile with this "

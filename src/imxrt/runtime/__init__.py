@@ -51,11 +51,12 @@ class Program:
         return self._interpreter.signature()
 
 
-def load(source: bytes | bytearray | str | os.PathLike, check_plan: bool = False, name: str | None = None) -> Program:
-    """Load a ``.pte`` from its bytes or a path. ``check_plan`` poisons each planned tensor's bytes when
-    its lifetime ends, so a memory plan with overlapping live tensors gives wrong outputs. ``name``: how errors
-    name bytes."""
-    program = read_program(source, name)
+def load(source: bytes | bytearray | str | os.PathLike | ProgramFile, check_plan: bool = False,
+         name: str | None = None) -> Program:
+    """Load a ``.pte`` from its bytes, a path, or as ``read_program`` read it. ``check_plan`` poisons each
+    planned tensor's bytes when its lifetime ends, so a memory plan with overlapping live tensors gives wrong
+    outputs. ``name``: how errors name bytes."""
+    program = source if isinstance(source, ProgramFile) else read_program(source, name)
     try:
         return Program(program, check_plan=check_plan)
     except ImxrtError:

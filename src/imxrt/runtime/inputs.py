@@ -18,6 +18,8 @@ import numpy as np
 import torch
 
 from imxrt.errors import BadFile, BadInput
+from imxrt.files import open_regular
+from imxrt.runtime.program import HOST_MEMORY_CAP
 
 log = logging.getLogger("imxrt")
 
@@ -38,12 +40,17 @@ def quantize_input(array: np.ndarray, scale: float, zero_point: int, name: str) 
 
 
 def quantize_inputs(arrays: Sequence[np.ndarray], described: Sequence[dict]) -> list[np.ndarray]:
-    """Each float array whose input (``report["io"]["inputs"]``) is int8, quantized; the others unchanged."""
+    """Each float array whose input (``report["io"]["inputs"]``) is int8, quantized; the others unchanged, with
+    a warning naming each input the program does not take as int8 (``--quantize-inputs`` does nothing for it:
+    a float input is quantized by the program itself, with the same scale and zero point)."""
     if len(arrays) != len(described):
         raise BadInput(f"the program takes {len(described)} input(s), got {len(arrays)}")
     result = []
     for position, (array, info) in enumerate(zip(arrays, described, strict=True)):
         name = f"{position} ({info['name']})"
+        if info["dtype"] != "int8":
+            log.warning("input %s: the program takes %s, not int8: --quantize-inputs leaves it as given (a float "
+                        "input is quantized by the program itself)", name, info["dtype"])
         if info["dtype"] != "int8" or not np.issubdtype(np.asarray(array).dtype, np.floating):
             result.append(array)
             continue
@@ -66,8 +73,8 @@ def read_npy(path: Path) -> np.ndarray:
     The header is checked before any data is read, so a header claiming more bytes than the file holds is
     refused without allocating them. A big-endian file is converted (the same values); strings, objects,
     structured arrays and ``.npz`` archives are refused."""
-    try:
-        with open(path, "rb") as file:
+    with open_regular(path, HOST_MEMORY_CAP, "a .npy file") as file:  # not a folder, FIFO, device or huge
+        try:
             if file.read(len(_ZIP_MAGIC)) == _ZIP_MAGIC:
                 raise BadFile(str(path), "is a .npz archive; save one array per .npy file (numpy.save) and give "
                                          "each with its own --input")
@@ -85,14 +92,10 @@ def read_npy(path: Path) -> np.ndarray:
                                          "save the array again")
             file.seek(0)
             array = np.lib.format.read_array(file, allow_pickle=False)
-    except FileNotFoundError:
-        raise BadFile(str(path), "no such file") from None
-    except IsADirectoryError:
-        raise BadFile(str(path), "is a folder, not a .npy file") from None
-    except OSError as e:
-        raise BadFile(str(path), f"cannot be read ({e.strerror or e})") from None
-    except ValueError as e:  # numpy's reader, on data its header did not describe
-        raise BadFile(str(path), f"is not a .npy array ({str(e).strip().splitlines()[0]})") from None
+        except OSError as e:
+            raise BadFile(str(path), f"cannot be read ({e.strerror or e})") from None
+        except ValueError as e:  # numpy's reader, on data its header did not describe
+            raise BadFile(str(path), f"is not a .npy array ({str(e).strip().splitlines()[0]})") from None
     if not array.dtype.isnative:  # torch takes native byte order only; the values are the same
         array = array.astype(array.dtype.newbyteorder("="))
     return array

@@ -7,7 +7,7 @@ IndexError deep inside the interpreter.
 
 A ``.pte`` is untrusted input: a small file can describe gigabytes (a huge unplanned tensor, a buffer size,
 or one constant that thousands of flatbuffer offsets share, each reference read as a copy of its own). Before
-ExecuTorch's reader builds anything, ``_ReadCost`` prices what it would build; after it, ``required_bytes``
+ExecuTorch's reader builds anything, ``ReadCost`` prices what it would build; after it, ``required_bytes``
 adds what running needs (planned buffers, unplanned tensors, constant copies, delegate payloads). Either over
 ``HOST_MEMORY_CAP`` is a ``BadFile`` saying so, before anything is allocated.
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +25,19 @@ from executorch.exir._serialize._program import _get_extended_header, deserializ
 
 from imxrt import integrity
 from imxrt.errors import BadFile
+from imxrt.runtime.flatbuffer_cost import (
+    BYTES,
+    NUMBERS,
+    STRING,
+    TABLE,
+    TABLE_BYTES,
+    TABLES,
+    U32,
+    U64,
+    UNION,
+    ReadCost,
+    Table,
+)
 
 # A .pte is a flatbuffer with file identifier "ET" + two digits at bytes 4..8 (ET12 in ExecuTorch 1.x).
 _IDENTIFIER_SLICE = slice(4, 8)
@@ -239,153 +251,49 @@ def _check_tensor(program: ProgramFile, index: int, tensor: schema.Tensor, fail)
 # -- what reading the file builds
 
 # ExecuTorch's reader (the flatbuffer object API, then dataclasses) builds one Python object per table and
-# one list, bytes or str per vector or string for every offset that refers to it: a table that a thousand
-# offsets share is built a thousand times. The walk below prices every field of program.fbs without building
-# anything, each shared table or vector once, so its time is bounded by the file's size.
-_TABLE_BYTES = 600  # the object-API object and the dataclass of one table, at their peak while reading
-_ITEM_BYTES = 40  # one number of a vector: a list slot and an int object
-_STRING, _BYTES, _NUMBERS, _TABLE, _TABLES, _UNION = range(6)
-_U8, _U16, _U32, _I32, _U64 = (struct.Struct(f) for f in ("<B", "<H", "<I", "<i", "<Q"))
-
-
-class _Table:
-    """A table of program.fbs as the walk sees it: (slot, kind, detail) per field that refers to more data,
-    slot = 4 + 2 * field id; detail is the element width of a number vector, the table of a table field, or
-    the member tables of a union by type (its type byte has the slot before)."""
-
-    def __init__(self, name: str, *fields: tuple[int, int, object]) -> None:
-        self.name, self.fields = name, fields
-
-
-_SCALARS = _Table("a table of scalars")  # Null, Int, Bool, Double, MoveCall, AllocationDetails, DataSegment, ...
-_TWO_STRINGS = _Table("Operator, ContainerMetadata", (4, _STRING, None), (6, _STRING, None))
-_TENSOR = _Table("Tensor", (8, _NUMBERS, 4), (10, _NUMBERS, 1), (16, _TABLE, _SCALARS),
-                 (22, _TABLE, _Table("ExtraTensorInfo", (6, _STRING, None))))
-_INDEX_LIST = _Table("TensorList, OptionalTensorList", (4, _NUMBERS, 4))
-_EVALUE = _Table("EValue", (6, _UNION, (  # KernelTypes, in the schema's order
-    _SCALARS, _SCALARS, _SCALARS, _SCALARS, _TENSOR, _Table("String", (4, _STRING, None)),
-    _Table("IntList", (4, _NUMBERS, 8)), _Table("DoubleList", (4, _NUMBERS, 8)), _Table("BoolList", (4, _NUMBERS, 1)),
+# one list, bytes or str per vector or string for every offset that refers to it (``flatbuffer_cost``): the
+# walk prices every field of program.fbs, described here, without building anything.
+_SCALARS = Table("a table of scalars")  # Null, Int, Bool, Double, MoveCall, AllocationDetails, DataSegment, ...
+_TWO_STRINGS = Table("Operator, ContainerMetadata", (4, STRING, None), (6, STRING, None))
+_TENSOR = Table("Tensor", (8, NUMBERS, 4), (10, NUMBERS, 1), (16, TABLE, _SCALARS),
+                 (22, TABLE, Table("ExtraTensorInfo", (6, STRING, None))))
+_INDEX_LIST = Table("TensorList, OptionalTensorList", (4, NUMBERS, 4))
+_EVALUE = Table("EValue", (6, UNION, (  # KernelTypes, in the schema's order
+    _SCALARS, _SCALARS, _SCALARS, _SCALARS, _TENSOR, Table("String", (4, STRING, None)),
+    Table("IntList", (4, NUMBERS, 8)), Table("DoubleList", (4, NUMBERS, 8)), Table("BoolList", (4, NUMBERS, 1)),
     _INDEX_LIST, _INDEX_LIST)))
-_CALL = _Table("KernelCall, DelegateCall", (6, _NUMBERS, 4))
-_INSTRUCTION = _Table("Instruction", (6, _UNION, (_CALL, _CALL, _SCALARS, _SCALARS, _SCALARS)))
-_FRAME_LIST = _Table("FrameList", (4, _TABLES, _Table("Frame", (4, _STRING, None), (8, _STRING, None),
-                                                      (10, _STRING, None))))
-_CHAIN = _Table("Chain", (4, _NUMBERS, 4), (6, _NUMBERS, 4), (8, _TABLES, _INSTRUCTION), (10, _TABLES, _FRAME_LIST))
-_DELEGATE = _Table("BackendDelegate", (4, _STRING, None), (6, _TABLE, _SCALARS),
-                   (8, _TABLES, _Table("CompileSpec", (4, _STRING, None), (6, _BYTES, None))))
-_PLAN = _Table("ExecutionPlan", (4, _STRING, None), (6, _TABLE, _TWO_STRINGS), (8, _TABLES, _EVALUE),
-               (10, _NUMBERS, 4), (12, _NUMBERS, 4), (14, _TABLES, _CHAIN), (16, _TABLES, _TWO_STRINGS),
-               (18, _TABLES, _DELEGATE), (20, _NUMBERS, 8), (22, _TABLES, _SCALARS))
-_BLOB = _Table("Buffer, BackendDelegateInlineData", (4, _BYTES, None))
-_SUBSEGMENTS = _Table("SubsegmentOffsets", (6, _NUMBERS, 8))
-_PROGRAM = _Table("Program", (6, _TABLES, _PLAN), (8, _TABLES, _BLOB), (10, _TABLES, _BLOB), (12, _TABLES, _SCALARS),
-                  (14, _TABLE, _SUBSEGMENTS), (16, _TABLES, _SUBSEGMENTS),
-                  (18, _TABLES, _Table("NamedData", (4, _STRING, None))))
+_CALL = Table("KernelCall, DelegateCall", (6, NUMBERS, 4))
+_INSTRUCTION = Table("Instruction", (6, UNION, (_CALL, _CALL, _SCALARS, _SCALARS, _SCALARS)))
+_FRAME_LIST = Table("FrameList", (4, TABLES, Table("Frame", (4, STRING, None), (8, STRING, None),
+                                                      (10, STRING, None))))
+_CHAIN = Table("Chain", (4, NUMBERS, 4), (6, NUMBERS, 4), (8, TABLES, _INSTRUCTION), (10, TABLES, _FRAME_LIST))
+_DELEGATE = Table("BackendDelegate", (4, STRING, None), (6, TABLE, _SCALARS),
+                   (8, TABLES, Table("CompileSpec", (4, STRING, None), (6, BYTES, None))))
+_PLAN = Table("ExecutionPlan", (4, STRING, None), (6, TABLE, _TWO_STRINGS), (8, TABLES, _EVALUE),
+               (10, NUMBERS, 4), (12, NUMBERS, 4), (14, TABLES, _CHAIN), (16, TABLES, _TWO_STRINGS),
+               (18, TABLES, _DELEGATE), (20, NUMBERS, 8), (22, TABLES, _SCALARS))
+_BLOB = Table("Buffer, BackendDelegateInlineData", (4, BYTES, None))
+_SUBSEGMENTS = Table("SubsegmentOffsets", (6, NUMBERS, 8))
+_PROGRAM = Table("Program", (6, TABLES, _PLAN), (8, TABLES, _BLOB), (10, TABLES, _BLOB), (12, TABLES, _SCALARS),
+                  (14, TABLE, _SUBSEGMENTS), (16, TABLES, _SUBSEGMENTS),
+                  (18, TABLES, Table("NamedData", (4, STRING, None))))
 
 
-class _ReadCost:
-    """Bytes ExecuTorch's reader would build from a .pte flatbuffer, counted without building them."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.known: dict[tuple[int, int], int] = {}  # (id of the table kind, position) -> its cost
-
-    def program(self) -> int:
-        return self.table(_PROGRAM, self.read(_U32, 0))
-
-    def table(self, table: _Table, position: int) -> int:
-        key = (id(table), position)
-        if key not in self.known:
-            self.known[key] = _TABLE_BYTES + sum(self._field(position, *field) for field in table.fields)
-        return self.known[key]
-
-    def _field(self, position: int, slot: int, kind: int, detail) -> int:
-        where = self.slot(position, slot)
-        if where is None:
-            return 0
-        if kind == _UNION:
-            kind_at = self.slot(position, slot - 2)
-            member = (self.read(_U8, kind_at) if kind_at is not None else 0) - 1  # type 0 is NONE
-            return self.table(detail[member], self.refer(where)) if 0 <= member < len(detail) else 0
-        target = self.refer(where)
-        if kind == _TABLE:
-            return self.table(detail, target)
-        if kind == _TABLES:
-            key = (id(detail), -target)  # a vector of tables, keyed apart from a table at the same position
-            if key not in self.known:
-                self.known[key] = self._tables(detail, target)
-            return self.known[key]
-        count = self.read(_U32, target)
-        width = detail if kind == _NUMBERS else 1
-        self._inside(target + 4, count * width)
-        return count * (_ITEM_BYTES if kind == _NUMBERS else 1)
-
-    def _tables(self, table: _Table, vector: int) -> int:
-        count = self.read(_U32, vector)
-        self._inside(vector + 4, 4 * count)
-        slots = vector + 4 + 4 * np.arange(count, dtype=np.int64)
-        positions, repeats = np.unique(np.frombuffer(self.data, "<u4", count, vector + 4) + slots,
-                                       return_counts=True)
-        return sum(int(n) * self.table(table, int(p)) for p, n in zip(positions, repeats, strict=True))
-
-    def slot(self, position: int, slot: int) -> int | None:
-        """Where a table's field is, or None when the table leaves it out."""
-        vtable = position - self.read(_I32, position)
-        if slot >= self.read(_U16, vtable):
-            return None
-        offset = self.read(_U16, vtable + slot)
-        return position + offset if offset else None
-
-    def scalar(self, position: int, slot: int, kind: struct.Struct, default: int = 0) -> int:
-        where = self.slot(position, slot)
-        return default if where is None else self.read(kind, where)
-
-    def vector(self, position: int, slot: int, element: str) -> np.ndarray:
-        """A table's vector of numbers (empty when left out), read in place."""
-        where = self.slot(position, slot)
-        if where is None:
-            return np.zeros(0, element)
-        target = self.refer(where)
-        count = self.read(_U32, target)
-        self._inside(target + 4, count * np.dtype(element).itemsize)
-        return np.frombuffer(self.data, element, count, target + 4)
-
-    def tables(self, position: int, slot: int) -> list[int]:
-        """Where the tables of a table's vector of tables are."""
-        where = self.slot(position, slot)
-        if where is None:
-            return []
-        target = self.refer(where)
-        slots = target + 4 + 4 * np.arange(self.read(_U32, target), dtype=np.int64)
-        return [int(p) for p in self.vector(position, slot, "<u4") + slots]
-
-    def refer(self, where: int) -> int:
-        return where + self.read(_U32, where)
-
-    def read(self, kind: struct.Struct, position: int) -> int:
-        self._inside(position, kind.size)
-        return kind.unpack_from(self.data, position)[0]
-
-    def _inside(self, position: int, size: int) -> None:
-        if position < 0 or position + size > len(self.data):
-            raise ValueError(f"an offset points outside the file ({position:,} + {size:,} bytes)")
-
-
-def _segment_bytes(cost: _ReadCost, root: int, available: int) -> int:
+def _segment_bytes(cost: ReadCost, root: int, available: int) -> int:
     """What moving the segments back into the program copies (``_restore_segments``): each segment, each
     constant or mutable tensor cut out of its segment, each named data entry's segment."""
-    sizes = [min(cost.scalar(p, 6, _U64), available) for p in cost.tables(root, 12)]  # DataSegment.size
+    sizes = [min(cost.scalar(p, 6, U64), available) for p in cost.tables(root, 12)]  # DataSegment.size
     total = sum(sizes)
     constant = cost.slot(root, 14)
     subsegments = ([cost.refer(constant)] if constant is not None else []) + cost.tables(root, 16)[:1]
     for position in subsegments:  # SubsegmentOffsets: segment_index, offsets (any order: each cut is a copy)
-        index = cost.scalar(position, 4, _U32)
+        index = cost.scalar(position, 4, U32)
         length = sizes[index] if index < len(sizes) else 0
         starts = np.minimum(cost.vector(position, 6, "<u8"), length).astype(np.int64)
         ends = np.append(starts[1:], length)
-        total += int(np.maximum(ends - starts, 0).sum()) + _TABLE_BYTES * len(starts)
+        total += int(np.maximum(ends - starts, 0).sum()) + TABLE_BYTES * len(starts)
     for position in cost.tables(root, 18):  # NamedData.segment_index
-        index = cost.scalar(position, 6, _U32)
+        index = cost.scalar(position, 6, U32)
         total += sizes[index] if index < len(sizes) else 0
     return total
 
@@ -394,9 +302,9 @@ def _read_bytes(name: str, data: bytes, header) -> int:
     """What ExecuTorch's reader builds from ``data``, priced before it runs and refused over the cap."""
     program_size = header.program_size if header is not None else len(data)
     segment_base = header.segment_base_offset if header is not None else 0
-    cost = _ReadCost(memoryview(data)[:program_size])
+    cost = ReadCost(memoryview(data)[:program_size])
     try:
-        root = cost.read(_U32, 0)
+        root = cost.read(U32, 0)
         total = cost.table(_PROGRAM, root) + len(data)  # the program's and the segments' bytes, copied once
         if segment_base:
             total += _segment_bytes(cost, root, len(data) - segment_base)

@@ -359,6 +359,7 @@ CASES: dict[str, Case] = {
     "transpose_permutation": Case("transpose", lambda m: set_constant(m, "c0", [0, 4, 1, 2])),
     "reshape_element_count": Case("reshape", lambda m: set_shape(m, "y", [1, 30])),
     "strided_slice_strides": Case("strided_slice", lambda m: set_constant(m, "c2", [1, 0, 2, 1])),
+    "strided_slice_output_shape": Case("strided_slice", lambda m: set_shape(m, "y", [1, 2, 3, 4])),
     "split_axis_in_rank": Case("split", lambda m: set_constant(m, "axis", 7)),
     "resize_operands": Case("resize_bilinear", lambda m: set_option(m, halfPixelCenters=True, alignCorners=True)),
     "batch_matmul_shapes": Case("batch_matmul", lambda m: set_shape(m, "b", [1, 4, 4])),

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
-from imxrt.kernels import limits
+from imxrt.kernels import limits, movement
 from imxrt.kernels.requantize import ACT_NONE, ACT_RELU, ACT_RELU6, ACT_RELU_N1_TO_1
 from imxrt.runtime.litert_model import (
     BINARY_LHS,
@@ -44,6 +44,8 @@ from imxrt.runtime.litert_model import (
     SPLIT_INPUT,
     SPLIT_V_AXIS,
     SPLIT_V_INPUT,
+    STRIDED_SLICE_BEGIN,
+    STRIDED_SLICE_END,
     STRIDED_SLICE_INPUT,
     STRIDED_SLICE_STRIDES,
     TRANSPOSE_CONV_BIAS,
@@ -465,15 +467,38 @@ _STRIDED_SLICE_MAX_RANK = 4  # strided_slice_common.cc, kMaxDim
 
 
 def strided_slice_strides(op: OperatorView) -> str | None:
-    """A STRIDED_SLICE's input has at most 4 dimensions and no stride is 0 (strided_slice_common.cc,
-    StridedSlicePrepare and CheckOutputSize: TF_LITE_ENSURE_MSG)."""
+    """A STRIDED_SLICE's input has at most 4 dimensions, its begin, end and strides are constant int32 vectors
+    of one value per dimension, and no stride is 0 (strided_slice_common.cc, StridedSlicePrepare and
+    CheckOutputSize: TF_LITE_ENSURE_MSG)."""
     rank = len(op.shape(STRIDED_SLICE_INPUT))
-    strides = constant_data(op.model, op.tensor(STRIDED_SLICE_STRIDES))
     if rank > _STRIDED_SLICE_MAX_RANK:
         return f"its input has {rank} dimensions"
-    if strides is not None and not np.all(strides):
-        return f"strides {strides.reshape(-1).tolist()} hold a 0"
-    return None
+    for operand in (STRIDED_SLICE_BEGIN, STRIDED_SLICE_END, STRIDED_SLICE_STRIDES):
+        vector = op.tensor(operand)
+        data = constant_data(op.model, vector)
+        if vector.type != TensorType.INT32 or data is None or data.shape != (rank,):
+            return f"operand {operand} is not a constant int32 vector of {rank} ({type_name(vector.type)} " \
+                   f"{tensor_shape(vector)})"
+    strides = constant_data(op.model, op.tensor(STRIDED_SLICE_STRIDES))
+    return None if np.all(strides) else f"strides {strides.tolist()} hold a 0"
+
+
+def strided_slice_output_shape(op: OperatorView) -> str | None:
+    """A STRIDED_SLICE declares the output its begin, end, strides and masks cut (strided_slice_common.cc,
+    CheckOutputSize: TF_LITE_ENSURE_EQ per dimension). Ellipsis and new-axis masks are left to the kernel,
+    which does not take them."""
+    options, shape = op.options, op.shape(STRIDED_SLICE_INPUT)
+    if getattr(options, "ellipsisMask", 0) or getattr(options, "newAxisMask", 0):
+        return None
+    index, shrink = movement.strided_slice_index(
+        shape, *(constant_data(op.model, op.tensor(i)) for i in (STRIDED_SLICE_BEGIN, STRIDED_SLICE_END,
+                                                                 STRIDED_SLICE_STRIDES)),
+        getattr(options, "beginMask", 0), getattr(options, "endMask", 0), getattr(options, "shrinkAxisMask", 0),
+        bool(getattr(options, "offset", False)))
+    cut = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape=shape, strides=(0,) * len(shape))[index]
+    expected = tuple(size for axis, size in enumerate(cut.shape) if axis not in shrink)
+    output_shape = op.shape(OUTPUT, True)
+    return None if output_shape == expected else f"declares output {output_shape}; its slice gives {expected}"
 
 
 def _axis_in_rank(op: OperatorView, axis_operand: int, input_operand: int) -> str | None:
@@ -596,7 +621,7 @@ OPERATOR_RULES = _register([
     (Op.TRANSPOSE, (output_type_is_input_type, transpose_permutation)),
     (Op.RESHAPE, (output_type_is_input_type, reshape_element_count)),
     (Op.SLICE, (output_type_is_input_type,)),
-    (Op.STRIDED_SLICE, (output_type_is_input_type, strided_slice_strides)),
+    (Op.STRIDED_SLICE, (output_type_is_input_type, strided_slice_strides, strided_slice_output_shape)),
     (Op.CONCATENATION, (output_type_is_input_type, concatenation_input_count, no_fused_activation,
                         concatenation_shares_qparams)),
     (Op.SPLIT, (output_type_is_input_type, split_axis_in_rank)),

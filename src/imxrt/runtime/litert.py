@@ -1,7 +1,9 @@
 """LiteRT (.tflite) subgraph executor on the int8 kernel library: what a NeutronBackend reference payload runs.
 
-``LiteRTRunner.from_bytes(tflite)`` parses the flatbuffer once and prepares every operator (multipliers,
-shifts, lookup tables, windows, constant weights in matmul layout); ``run(inputs)`` then only evaluates.
+``LiteRTRunner.from_bytes(tflite)`` parses the flatbuffer once (``litert_model.read_model``: its size bounded
+before it is unpacked), refuses whatever TFLM refuses (``litert_rules``) and prepares every operator
+(multipliers, shifts, lookup tables, windows, constant weights in matmul layout); ``run(inputs)`` then only
+evaluates.
 Numerics are TFLM's reference kernels (LiteRT's where TFLM has no int8 kernel: EXP, LOG).
 Operators map to kernels through ``PREPARERS``, one explicit table keyed by ``BuiltinOperator``.
 """
@@ -20,55 +22,62 @@ from ai_edge_litert import schema_py_generated as schema
 from imxrt.errors import ImxrtError
 from imxrt.kernels import activations, conv, elementwise, fully_connected, movement, pooling, reduce, softmax
 from imxrt.kernels.requantize import (
-    activation_range,
     fully_connected_multiplier,
     prepare_requantize,
     quantize_multiplier,
     requantize,
 )
+from imxrt.runtime import litert_rules
+from imxrt.runtime.litert_model import (  # also this module's names for what it reads
+    BINARY_LHS,
+    BINARY_RHS,
+    BUILTIN_NAMES,
+    CHANNELS,
+    CONV_BIAS,
+    CONV_FILTER,
+    CONV_INPUT,
+    DEPTHWISE_CHANNELS,
+    FC_BIAS,
+    FC_INPUT,
+    FC_WEIGHTS,
+    HEIGHT,
+    NUMPY_DTYPES,
+    OUTPUT,
+    PAD_INPUT,
+    PAD_PADDINGS,
+    PAD_VALUE,
+    PRELU_ALPHA,
+    PRELU_INPUT,
+    REDUCE_AXES,
+    REDUCE_INPUT,
+    RESIZE_INPUT,
+    SLICE_BEGIN,
+    SLICE_INPUT,
+    SLICE_SIZE,
+    SPLIT_AXIS,
+    SPLIT_INPUT,
+    SPLIT_V_AXIS,
+    SPLIT_V_INPUT,
+    STRIDED_SLICE_BEGIN,
+    STRIDED_SLICE_END,
+    STRIDED_SLICE_INPUT,
+    STRIDED_SLICE_STRIDES,
+    TRANSPOSE_CONV_BIAS,
+    TRANSPOSE_CONV_FILTER,
+    TRANSPOSE_CONV_INPUT,
+    TRANSPOSE_INPUT,
+    TRANSPOSE_PERM,
+    UNARY_INPUT,
+    BadTflite,
+    Op,
+    OperatorView,
+    UnsupportedOperator,
+    constant_data,
+    qparams,
+    read_model,
+    tensor_shape,
+)
 from imxrt.runtime.program import HOST_MEMORY_CAP  # the cap the .pte's own memory counts against
-
-Op = schema.BuiltinOperator
-_BUILTIN_NAMES = {code: name for name, code in vars(Op).items() if name.isupper()}
-_NUMPY_DTYPES = {
-    schema.TensorType.FLOAT32: np.float32,
-    schema.TensorType.INT32: np.int32,
-    schema.TensorType.INT16: np.int16,
-    schema.TensorType.INT8: np.int8,
-    schema.TensorType.UINT8: np.uint8,
-    schema.TensorType.INT64: np.int64,
-    schema.TensorType.BOOL: np.bool_,
-}
-
-# Operand positions, as the TFLite schema orders them.
-CONV_INPUT, CONV_FILTER, CONV_BIAS = 0, 1, 2
-TRANSPOSE_CONV_OUTPUT_SHAPE, TRANSPOSE_CONV_FILTER, TRANSPOSE_CONV_INPUT, TRANSPOSE_CONV_BIAS = 0, 1, 2, 3
-FC_INPUT, FC_WEIGHTS, FC_BIAS = 0, 1, 2
-BINARY_LHS, BINARY_RHS = 0, 1
-UNARY_INPUT = 0
-REDUCE_INPUT, REDUCE_AXES = 0, 1
-PAD_INPUT, PAD_PADDINGS, PAD_VALUE = 0, 1, 2
-TRANSPOSE_INPUT, TRANSPOSE_PERM = 0, 1
-SLICE_INPUT, SLICE_BEGIN, SLICE_SIZE = 0, 1, 2
-STRIDED_SLICE_INPUT, STRIDED_SLICE_BEGIN, STRIDED_SLICE_END, STRIDED_SLICE_STRIDES = 0, 1, 2, 3
-SPLIT_AXIS, SPLIT_INPUT = 0, 1
-SPLIT_V_INPUT, SPLIT_V_SIZES, SPLIT_V_AXIS = 0, 1, 2
-RESIZE_INPUT, RESIZE_SIZE = 0, 1
-PRELU_INPUT, PRELU_ALPHA = 0, 1
-OUTPUT = 0
-
-# NHWC / OHWI dimension positions
-HEIGHT, WIDTH, CHANNELS = 1, 2, 3
-DEPTHWISE_CHANNELS = 3  # depthwise filters are [1, kh, kw, C_out]
-
-
-class UnsupportedOperator(ImxrtError):
-    """The LiteRT subgraph holds an operator (or an operand type) the host executor does not implement."""
-
-    def __init__(self, op: str, index: int, problem: str = "is not implemented by the host LiteRT executor"):
-        super().__init__(f"LiteRT operator {index} ({op}) {problem}; run this partition on the board or "
-                         "report the missing kernel")
-        self.op, self.index = op, index
 
 
 class BadSubgraphInput(ImxrtError):
@@ -77,13 +86,6 @@ class BadSubgraphInput(ImxrtError):
     def __init__(self, name: str, problem: str):
         super().__init__(f"LiteRT subgraph input {name}: {problem}")
         self.name = name
-
-
-class BadTflite(ImxrtError):
-    """The bytes are not a LiteRT flatbuffer with one subgraph."""
-
-    def __init__(self, problem: str):
-        super().__init__(f"LiteRT subgraph: {problem}")
 
 
 @dataclass(frozen=True)
@@ -115,97 +117,13 @@ class Step:
     uses_blas: bool = True
 
 
-class _Operator:
-    """One operator seen through its subgraph: operand shapes, qparams, constant data and options."""
-
-    def __init__(self, model: schema.ModelT, graph: schema.SubGraphT, op: schema.OperatorT, name: str, index: int):
-        self.model, self.graph, self.op, self.name, self.index = model, graph, op, name, index
-        self.inputs = [int(i) for i in (op.inputs if op.inputs is not None else [])]
-        self.outputs = [int(i) for i in (op.outputs if op.outputs is not None else [])]
-        self.options = op.builtinOptions
-
-    def tensor(self, operand: int, output: bool = False) -> schema.TensorT:
-        return self.graph.tensors[(self.outputs if output else self.inputs)[operand]]
-
-    def has_input(self, operand: int) -> bool:
-        return operand < len(self.inputs) and self.inputs[operand] >= 0
-
-    def shape(self, operand: int, output: bool = False) -> tuple[int, ...]:
-        return _shape(self.tensor(operand, output))
-
-    def scale(self, operand: int, output: bool = False) -> float:
-        return _qparams(self.tensor(operand, output))[0]
-
-    def zero_point(self, operand: int, output: bool = False) -> int:
-        return _qparams(self.tensor(operand, output))[1]
-
-    def scales(self, operand: int) -> np.ndarray:
-        """Per-channel (or one) scales as float64 values of the stored float32."""
-        q = self.tensor(operand).quantization
-        return np.asarray(q.scale, dtype=np.float32).astype(np.float64)
-
-    def constant(self, operand: int) -> np.ndarray:
-        data = _constant(self.model, self.tensor(operand))
-        if data is None:
-            raise self.unsupported(f"needs operand {operand} to be a constant")
-        return data
-
-    def fused(self) -> tuple[int, int]:
-        """The output's int8 range after the op's fused activation."""
-        fused = getattr(self.options, "fusedActivationFunction", 0) or 0
-        try:
-            return activation_range(fused, self.scale(OUTPUT, True), self.zero_point(OUTPUT, True))
-        except ValueError as e:
-            raise self.unsupported(f"has fused activation {fused}, which int8 kernels do not take") from e
-
-    def require_int8(self, *operands: int) -> None:
-        for operand in operands:
-            if self.tensor(operand).type != schema.TensorType.INT8:
-                raise self.unsupported(f"operand {operand} is {_type_name(self.tensor(operand).type)}, not int8")
-        if self.tensor(OUTPUT, True).type != schema.TensorType.INT8:
-            raise self.unsupported(f"output is {_type_name(self.tensor(OUTPUT, True).type)}, not int8")
-
-    def unsupported(self, problem: str) -> UnsupportedOperator:
-        return UnsupportedOperator(self.name, self.index, problem)
-
-    def invalid(self, problem: str) -> BadTflite:
-        """The operator's arguments are impossible (no valid model has them), not merely unsupported."""
-        return BadTflite(f"operator {self.index} ({self.name}): {problem}")
-
-
-def _type_name(tensor_type: int) -> str:
-    return {v: k for k, v in vars(schema.TensorType).items() if k.isupper()}.get(tensor_type, str(tensor_type))
-
-
-def _shape(tensor: schema.TensorT) -> tuple[int, ...]:
-    return tuple(int(d) for d in (tensor.shape if tensor.shape is not None else ()))
-
-
-def _qparams(tensor: schema.TensorT) -> tuple[float, int]:
-    q = tensor.quantization
-    if q is None or q.scale is None or len(q.scale) == 0:
-        return 0.0, 0
-    zero_point = int(q.zeroPoint[0]) if q.zeroPoint is not None and len(q.zeroPoint) else 0
-    return float(np.float32(q.scale[0])), zero_point
-
-
-def _constant(model: schema.ModelT, tensor: schema.TensorT) -> np.ndarray | None:
-    buffer = model.buffers[tensor.buffer] if tensor.buffer else None
-    if buffer is None or buffer.data is None or len(buffer.data) == 0:
-        return None
-    dtype = _NUMPY_DTYPES[tensor.type]
-    data = np.frombuffer(np.asarray(buffer.data, dtype=np.uint8).tobytes(), dtype=dtype).reshape(_shape(tensor))
-    data.setflags(write=False)
-    return data
-
-
 def _spec(tensor: schema.TensorT) -> TensorSpec:
     name = tensor.name.decode() if isinstance(tensor.name, bytes) else str(tensor.name)
-    scale, zero_point = _qparams(tensor)
-    return TensorSpec(name, _shape(tensor), np.dtype(_NUMPY_DTYPES[tensor.type]), scale, zero_point)
+    scale, zero_point = qparams(tensor)
+    return TensorSpec(name, tensor_shape(tensor), np.dtype(NUMPY_DTYPES[tensor.type]), scale, zero_point)
 
 
-def _requantize_multipliers(op: _Operator, input_operand: int, weight_operand: int, channels: int):
+def _requantize_multipliers(op: OperatorView, input_operand: int, weight_operand: int, channels: int):
     """Per-channel M[c] = s_in * s_w[c] / s_out in double (TFLM PopulateConvolutionQuantizationParams)."""
     weight_scales = op.scales(weight_operand)
     if len(weight_scales) == 1:
@@ -214,13 +132,13 @@ def _requantize_multipliers(op: _Operator, input_operand: int, weight_operand: i
     return quantize_multiplier(real)
 
 
-def _optional_bias(op: _Operator, operand: int) -> np.ndarray | None:
+def _optional_bias(op: OperatorView, operand: int) -> np.ndarray | None:
     return op.constant(operand) if op.has_input(operand) else None
 
 
 # ---- convolution and matmul ----
 
-def _window(op: _Operator, filter_hw, stride, dilation) -> conv.Window:
+def _window(op: OperatorView, filter_hw, stride, dilation) -> conv.Window:
     """The op's window over its NHWC input (operand 0), checked against what the kernels take
     (``conv.check_window``) before anything is sized from it."""
     input_shape = op.shape(CONV_INPUT)
@@ -237,14 +155,14 @@ def _window(op: _Operator, filter_hw, stride, dilation) -> conv.Window:
     return window
 
 
-def _check_output(op: _Operator, window: conv.Window, channels: int) -> None:
+def _check_output(op: OperatorView, window: conv.Window, channels: int) -> None:
     """The output the subgraph declares is the one the window gives (the result is written into it)."""
     expected = (op.shape(CONV_INPUT)[0], *window.output_size, channels)
     if op.shape(OUTPUT, True) != expected:
         raise op.invalid(f"declares output {op.shape(OUTPUT, True)}, its input and window give {expected}")
 
 
-def _prepare_conv2d(op: _Operator) -> Evaluate:
+def _prepare_conv2d(op: OperatorView) -> Evaluate:
     op.require_int8(CONV_INPUT, CONV_FILTER)
     options = op.options
     filters = op.constant(CONV_FILTER)  # OHWI
@@ -261,7 +179,7 @@ def _prepare_conv2d(op: _Operator) -> Evaluate:
     return lambda args: [conv.conv2d(args[CONV_INPUT], params)]
 
 
-def _prepare_depthwise_conv2d(op: _Operator) -> Evaluate:
+def _prepare_depthwise_conv2d(op: OperatorView) -> Evaluate:
     op.require_int8(CONV_INPUT, CONV_FILTER)
     options = op.options
     filters = op.constant(CONV_FILTER)  # [1, kh, kw, C_out]
@@ -283,7 +201,7 @@ def _prepare_depthwise_conv2d(op: _Operator) -> Evaluate:
     return lambda args: [conv.depthwise_conv2d(args[CONV_INPUT], params)]
 
 
-def _prepare_transpose_conv(op: _Operator) -> Evaluate:
+def _prepare_transpose_conv(op: OperatorView) -> Evaluate:
     op.require_int8(TRANSPOSE_CONV_INPUT, TRANSPOSE_CONV_FILTER)
     options = op.options
     filters = op.constant(TRANSPOSE_CONV_FILTER)  # [C_out, kh, kw, C_in]
@@ -303,7 +221,7 @@ def _prepare_transpose_conv(op: _Operator) -> Evaluate:
     return lambda args: [conv.transpose_conv2d(args[TRANSPOSE_CONV_INPUT], params)]
 
 
-def _prepare_fully_connected(op: _Operator) -> Evaluate | BlasFree:
+def _prepare_fully_connected(op: OperatorView) -> Evaluate | BlasFree:
     op.require_int8(FC_INPUT, FC_WEIGHTS)
     weights = op.constant(FC_WEIGHTS)  # [out, in]
     weight_scales = op.scales(FC_WEIGHTS)
@@ -320,7 +238,7 @@ def _prepare_fully_connected(op: _Operator) -> Evaluate | BlasFree:
     return BlasFree(evaluate) if params.native is not None else evaluate
 
 
-def _prepare_batch_matmul(op: _Operator) -> Evaluate:
+def _prepare_batch_matmul(op: OperatorView) -> Evaluate:
     op.require_int8(BINARY_LHS, BINARY_RHS)
     options = op.options
     adjoint_lhs = bool(options.adjX) if options is not None else False
@@ -339,7 +257,7 @@ def _prepare_batch_matmul(op: _Operator) -> Evaluate:
 
 # ---- elementwise ----
 
-def _prepare_add_or_sub(op: _Operator, subtract: bool) -> Evaluate:
+def _prepare_add_or_sub(op: OperatorView, subtract: bool) -> Evaluate:
     op.require_int8(BINARY_LHS, BINARY_RHS)
     params = elementwise.prepare_add(op.scale(BINARY_LHS), op.zero_point(BINARY_LHS), op.scale(BINARY_RHS),
                                      op.zero_point(BINARY_RHS), op.scale(OUTPUT, True), op.zero_point(OUTPUT, True),
@@ -348,7 +266,7 @@ def _prepare_add_or_sub(op: _Operator, subtract: bool) -> Evaluate:
     return lambda args: [elementwise.lookup_pair(args[BINARY_LHS], args[BINARY_RHS], table)]
 
 
-def _prepare_mul(op: _Operator) -> Evaluate:
+def _prepare_mul(op: OperatorView) -> Evaluate:
     op.require_int8(BINARY_LHS, BINARY_RHS)
     params = elementwise.prepare_mul(op.scale(BINARY_LHS), op.zero_point(BINARY_LHS), op.scale(BINARY_RHS),
                                      op.zero_point(BINARY_RHS), op.scale(OUTPUT, True), op.zero_point(OUTPUT, True),
@@ -357,33 +275,33 @@ def _prepare_mul(op: _Operator) -> Evaluate:
     return lambda args: [elementwise.lookup_pair(args[BINARY_LHS], args[BINARY_RHS], table)]
 
 
-def _prepare_raw_binary(kernel) -> Callable[[_Operator], Evaluate]:
-    def prepare(op: _Operator) -> Evaluate:
+def _prepare_raw_binary(kernel) -> Callable[[OperatorView], Evaluate]:
+    def prepare(op: OperatorView) -> Evaluate:
         return lambda args: [kernel(args[BINARY_LHS], args[BINARY_RHS])]
     return prepare
 
 
-def _prepare_prelu(op: _Operator) -> Evaluate:
+def _prepare_prelu(op: OperatorView) -> Evaluate:
     op.require_int8(PRELU_INPUT, PRELU_ALPHA)
     params = elementwise.prepare_prelu(op.scale(PRELU_INPUT), op.zero_point(PRELU_INPUT), op.scale(PRELU_ALPHA),
                                        op.zero_point(PRELU_ALPHA), op.scale(OUTPUT, True), op.zero_point(OUTPUT, True))
     return lambda args: [elementwise.prelu(args[PRELU_INPUT], args[PRELU_ALPHA], params)]
 
 
-def _lut_op(build: Callable[[_Operator], activations.Lut]) -> Callable[[_Operator], Evaluate]:
+def _lut_op(build: Callable[[OperatorView], activations.Lut]) -> Callable[[OperatorView], Evaluate]:
     """A unary int8 op evaluated through the 256-entry table ``build`` prepares."""
-    def prepare(op: _Operator) -> Evaluate:
+    def prepare(op: OperatorView) -> Evaluate:
         op.require_int8(UNARY_INPUT)
         params = build(op)
         return lambda args: [activations.apply_lut(args[UNARY_INPUT], params)]
     return prepare
 
 
-def _in_out(op: _Operator) -> tuple[float, int, float, int]:
+def _in_out(op: OperatorView) -> tuple[float, int, float, int]:
     return op.scale(UNARY_INPUT), op.zero_point(UNARY_INPUT), op.scale(OUTPUT, True), op.zero_point(OUTPUT, True)
 
 
-def _prepare_quantize(op: _Operator) -> Evaluate:
+def _prepare_quantize(op: OperatorView) -> Evaluate:
     op.require_int8(UNARY_INPUT)
     params = prepare_requantize(*_in_out(op))
     return lambda args: [requantize(args[UNARY_INPUT], params)]
@@ -391,8 +309,8 @@ def _prepare_quantize(op: _Operator) -> Evaluate:
 
 # ---- pooling and reductions ----
 
-def _prepare_pool(kernel) -> Callable[[_Operator], Evaluate]:
-    def prepare(op: _Operator) -> Evaluate:
+def _prepare_pool(kernel) -> Callable[[OperatorView], Evaluate]:
+    def prepare(op: OperatorView) -> Evaluate:
         op.require_int8(UNARY_INPUT)
         options = op.options
         input_shape = op.shape(UNARY_INPUT)
@@ -406,8 +324,8 @@ def _prepare_pool(kernel) -> Callable[[_Operator], Evaluate]:
     return prepare
 
 
-def _prepare_reduce(kernel, mean: bool = False) -> Callable[[_Operator], Evaluate]:
-    def prepare(op: _Operator) -> Evaluate:
+def _prepare_reduce(kernel, mean: bool = False) -> Callable[[OperatorView], Evaluate]:
+    def prepare(op: OperatorView) -> Evaluate:
         op.require_int8(REDUCE_INPUT)
         input_shape = op.shape(REDUCE_INPUT)
         keep_dims = bool(op.options.keepDims) if op.options is not None else False
@@ -419,10 +337,8 @@ def _prepare_reduce(kernel, mean: bool = False) -> Callable[[_Operator], Evaluat
     return prepare
 
 
-def _prepare_softmax(op: _Operator) -> Evaluate:
+def _prepare_softmax(op: OperatorView) -> Evaluate:
     op.require_int8(UNARY_INPUT)
-    if op.zero_point(OUTPUT, True) != -128 or np.float32(op.scale(OUTPUT, True)) != np.float32(1 / 256):
-        raise op.unsupported("has int8 output qparams other than scale 1/256, zero point -128")
     beta = op.options.beta if op.options is not None else 1.0
     params = softmax.prepare_softmax(op.scale(UNARY_INPUT), beta)
     return lambda args: [softmax.softmax(args[UNARY_INPUT], params)]
@@ -430,7 +346,7 @@ def _prepare_softmax(op: _Operator) -> Evaluate:
 
 # ---- data movement ----
 
-def _prepare_pad(op: _Operator) -> Evaluate:
+def _prepare_pad(op: OperatorView) -> Evaluate:
     paddings = tuple((int(b), int(a)) for b, a in op.constant(PAD_PADDINGS).reshape(-1, 2))
     if op.has_input(PAD_VALUE):
         value = op.constant(PAD_VALUE).reshape(-1)[0]
@@ -439,30 +355,30 @@ def _prepare_pad(op: _Operator) -> Evaluate:
     return lambda args: [movement.pad(args[PAD_INPUT], paddings, value)]
 
 
-def _prepare_mirror_pad(op: _Operator) -> Evaluate:
+def _prepare_mirror_pad(op: OperatorView) -> Evaluate:
     paddings = tuple((int(b), int(a)) for b, a in op.constant(PAD_PADDINGS).reshape(-1, 2))
     symmetric = op.options.mode == schema.MirrorPadMode.SYMMETRIC
     return lambda args: [movement.mirror_pad(args[PAD_INPUT], paddings, symmetric)]
 
 
-def _prepare_transpose(op: _Operator) -> Evaluate:
+def _prepare_transpose(op: OperatorView) -> Evaluate:
     perm = tuple(int(p) for p in op.constant(TRANSPOSE_PERM))
     return lambda args: [movement.transpose(args[TRANSPOSE_INPUT], perm)]
 
 
-def _prepare_reshape(op: _Operator) -> Evaluate:
+def _prepare_reshape(op: OperatorView) -> Evaluate:
     shape = op.shape(OUTPUT, True)
     return lambda args: [movement.reshape(args[UNARY_INPUT], shape)]
 
 
-def _prepare_slice(op: _Operator) -> Evaluate:
+def _prepare_slice(op: OperatorView) -> Evaluate:
     begin = op.constant(SLICE_BEGIN).reshape(-1)
     size = op.constant(SLICE_SIZE).reshape(-1)
     index = tuple(slice(int(b), None if int(s) == -1 else int(b) + int(s)) for b, s in zip(begin, size, strict=True))
     return lambda args: [movement.slice_(args[SLICE_INPUT], index)]
 
 
-def _prepare_strided_slice(op: _Operator) -> Evaluate:
+def _prepare_strided_slice(op: OperatorView) -> Evaluate:
     options = op.options
     if options.ellipsisMask or options.newAxisMask:
         raise op.unsupported("uses an ellipsis or new-axis mask")
@@ -473,40 +389,40 @@ def _prepare_strided_slice(op: _Operator) -> Evaluate:
     return lambda args: [movement.strided_slice(args[STRIDED_SLICE_INPUT], index, shrink)]
 
 
-def _prepare_concatenation(op: _Operator) -> Evaluate:
+def _prepare_concatenation(op: OperatorView) -> Evaluate:
     axis = op.options.axis % len(op.shape(OUTPUT, True))
     return lambda args: [movement.concatenation(args, axis)]
 
 
-def _prepare_split(op: _Operator) -> Evaluate:
+def _prepare_split(op: OperatorView) -> Evaluate:
     rank = len(op.shape(SPLIT_INPUT))
     axis = int(op.constant(SPLIT_AXIS).reshape(-1)[0]) % rank
     sizes = tuple(op.shape(i, True)[axis] for i in range(len(op.outputs)))
     return lambda args: movement.split(args[SPLIT_INPUT], sizes, axis)
 
 
-def _prepare_split_v(op: _Operator) -> Evaluate:
+def _prepare_split_v(op: OperatorView) -> Evaluate:
     rank = len(op.shape(SPLIT_V_INPUT))
     axis = int(op.constant(SPLIT_V_AXIS).reshape(-1)[0]) % rank
     sizes = tuple(op.shape(i, True)[axis] for i in range(len(op.outputs)))
     return lambda args: movement.split(args[SPLIT_V_INPUT], sizes, axis)
 
 
-def _resize_sizes(op: _Operator) -> tuple[tuple[int, int], tuple[int, int], bool, bool]:
+def _resize_sizes(op: OperatorView) -> tuple[tuple[int, int], tuple[int, int], bool, bool]:
     input_shape, output_shape = op.shape(RESIZE_INPUT), op.shape(OUTPUT, True)
     options = op.options
     return (input_shape[HEIGHT:CHANNELS], output_shape[HEIGHT:CHANNELS], bool(options.alignCorners),
             bool(options.halfPixelCenters))
 
 
-def _prepare_resize_nearest(op: _Operator) -> Evaluate:
+def _prepare_resize_nearest(op: OperatorView) -> Evaluate:
     (in_h, in_w), (out_h, out_w), align_corners, half_pixel = _resize_sizes(op)
     rows = movement.nearest_indices(in_h, out_h, align_corners, half_pixel)
     cols = movement.nearest_indices(in_w, out_w, align_corners, half_pixel)
     return lambda args: [movement.resize_nearest(args[RESIZE_INPUT], rows, cols)]
 
 
-def _prepare_resize_bilinear(op: _Operator) -> Evaluate:
+def _prepare_resize_bilinear(op: OperatorView) -> Evaluate:
     op.require_int8(RESIZE_INPUT)
     (in_h, in_w), (out_h, out_w), align_corners, half_pixel = _resize_sizes(op)
     rows = movement.bilinear_axis(in_h, out_h, align_corners, half_pixel)
@@ -514,11 +430,11 @@ def _prepare_resize_bilinear(op: _Operator) -> Evaluate:
     return lambda args: [movement.resize_bilinear(args[RESIZE_INPUT], rows, cols)]
 
 
-def _register(entries) -> dict[int, Callable[[_Operator], Evaluate]]:
-    table: dict[int, Callable[[_Operator], Evaluate]] = {}
+def _register(entries) -> dict[int, Callable[[OperatorView], Evaluate]]:
+    table: dict[int, Callable[[OperatorView], Evaluate]] = {}
     for builtin, prepare in entries:
         if builtin in table:
-            raise ValueError(f"two preparers for {_BUILTIN_NAMES[builtin]}")
+            raise ValueError(f"two preparers for {BUILTIN_NAMES[builtin]}")
         table[builtin] = prepare
     return table
 
@@ -630,36 +546,37 @@ class LiteRTRunner:
 
     @classmethod
     def from_bytes(cls, tflite: bytes) -> LiteRTRunner:
-        try:
-            model = schema.ModelT.InitFromPackedBuf(bytearray(tflite), 0)
-        except Exception as e:  # the flatbuffer reader fails in many ways on foreign bytes
-            raise BadTflite(f"cannot parse the flatbuffer ({type(e).__name__}: {e})") from e
-        if not model.subgraphs or len(model.subgraphs) != 1:
-            raise BadTflite(f"expected one subgraph, found {len(model.subgraphs or [])}")
+        model = read_model(tflite)
         graph = model.subgraphs[0]
         _check_tensor_bytes(graph)
+        for index, tensor in enumerate(graph.tensors or []):
+            litert_rules.check_tensor(tensor, index)
+        input_indices = [int(i) for i in (graph.inputs if graph.inputs is not None else [])]
+        output_indices = [int(i) for i in (graph.outputs if graph.outputs is not None else [])]
+        for kind, indices in (("input", input_indices), ("output", output_indices)):
+            if any(not 0 <= i < len(graph.tensors or []) for i in indices):
+                raise BadTflite(f"subgraph {kind}s {indices} are not all among its {len(graph.tensors or [])} tensors")
         constants = {}
         for index, tensor in enumerate(graph.tensors or []):
-            data = _constant(model, tensor)
+            data = constant_data(model, tensor)
             if data is not None:
                 constants[index] = data
         steps = []
         for index, op in enumerate(graph.operators or []):
             code = model.operatorCodes[op.opcodeIndex]
             builtin = max(code.builtinCode, code.deprecatedBuiltinCode)  # codes past 127 live in builtinCode
-            name = _BUILTIN_NAMES.get(builtin, str(builtin))
+            name = BUILTIN_NAMES.get(builtin, str(builtin))
             if builtin == Op.CUSTOM:
                 name = bytes(code.customCode).decode() if code.customCode else "CUSTOM"
             prepare = PREPARERS.get(builtin)
             if prepare is None:
                 raise UnsupportedOperator(name, index)
-            view = _Operator(model, graph, op, name, index)
+            view = OperatorView(model, graph, op, builtin, name, index)
+            litert_rules.check_operator(view)
             evaluate = prepare(view)
             blas_free = isinstance(evaluate, BlasFree)
             steps.append(Step(name, evaluate.evaluate if blas_free else evaluate, tuple(view.inputs),
                               tuple(view.outputs), uses_blas=not blas_free))
-        input_indices = [int(i) for i in graph.inputs]
-        output_indices = [int(i) for i in graph.outputs]
         return cls(steps, len(graph.tensors), constants, input_indices, output_indices,
                    [_spec(graph.tensors[i]) for i in input_indices], [_spec(graph.tensors[i]) for i in output_indices])
 
@@ -711,7 +628,7 @@ def _check_tensor_bytes(graph) -> None:
         shape = [int(size) for size in (tensor.shape if tensor.shape is not None else [])]
         if any(size < 0 for size in shape):
             raise BadTflite(f"tensor {index} has negative sizes {shape}")
-        total += functools.reduce(operator.mul, shape, 1) * np.dtype(_NUMPY_DTYPES.get(tensor.type, np.int64)).itemsize
+        total += functools.reduce(operator.mul, shape, 1) * np.dtype(NUMPY_DTYPES.get(tensor.type, np.int64)).itemsize
     if total > HOST_MEMORY_CAP:
         raise BadTflite(f"its tensors would take {total:,} bytes, more than the host runtime's cap of "
                         f"{HOST_MEMORY_CAP:,}")

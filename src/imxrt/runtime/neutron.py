@@ -7,6 +7,10 @@ args[n_inputs + outputs[j].arg]) and says, per tensor, how its bytes reach the s
 - format flag 1: the tensor is channels_last, its bytes are already NHWC: the subgraph takes them as is;
 - format flag 0: the subgraph takes the tensor's contiguous (NCHW) bytes and transposes them itself.
 
+What the metadata says of each tensor must agree with the subgraph and with the tensors the delegate is
+called with (``PAYLOAD_RULES`` at load, ``CALL_RULES`` per call site): a changed flag or shape is refused,
+never run to other outputs.
+
 A payload compiled by the eIQ Neutron SDK holds device microcode, which only the NPU (or NXP's
 simulator) can run: it is refused with a message saying so, never misread as a reference payload.
 """
@@ -16,12 +20,16 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from imxrt.errors import BadFile, ImxrtError
 from imxrt.npu import payload as reference_payload
+
+if TYPE_CHECKING:
+    from imxrt.runtime.litert import TensorSpec
 
 DELEGATE_ID = "NeutronBackend"
 MICROCODE_MAGIC = 0x64434D6E  # first word of Neutron microcode (reference/neutron.md)
@@ -36,7 +44,71 @@ class TensorMap:
     name: str
     shape: tuple[int, ...]  # the program tensor's logical shape (NCHW for images)
     tflite_shape: tuple[int, ...]  # the subgraph tensor's shape
-    channels_last: bool  # format flag 1
+    format_flag: int  # 1: the subgraph takes NHWC bytes (a channels_last tensor's own), 0: the tensor's own bytes
+    scale: float
+    zero_point: int
+
+    @property
+    def channels_last(self) -> bool:
+        return self.format_flag == 1
+
+
+_NHWC_FROM_NCHW = (0, 2, 3, 1)
+
+
+# -- what the payload says of a tensor, against the subgraph (at load) and the call's tensor (per call site)
+
+def format_flag_known(entry: TensorMap, spec: TensorSpec) -> str | None:
+    """A format flag is 0 (the subgraph takes the tensor's own bytes) or 1 (it takes NHWC bytes)."""
+    return None if entry.format_flag in (0, 1) else f"format flag {entry.format_flag}; the flags are 0 and 1"
+
+
+def format_flag_layout(entry: TensorMap, spec: TensorSpec) -> str | None:
+    """The subgraph's tensor has the program tensor's shape under flag 0, and its NHWC permutation (a 4-D
+    tensor) under flag 1: a flag changed on its own is refused here."""
+    if entry.format_flag == 1:
+        if len(entry.shape) != 4:
+            return f"format flag 1 on a {len(entry.shape)}-D tensor {entry.shape}; NHWC bytes need 4 dimensions"
+        expected = tuple(entry.shape[d] for d in _NHWC_FROM_NCHW)
+    else:
+        expected = entry.shape
+    if entry.tflite_shape == expected:
+        return None
+    return (f"format flag {entry.format_flag} takes {entry.shape} as {expected}, the payload says "
+            f"{entry.tflite_shape}")
+
+
+def subgraph_tensor_matches(entry: TensorMap, spec: TensorSpec) -> str | None:
+    """The payload's tensor is the subgraph's: its shape, int8, its scale and zero point."""
+    if entry.tflite_shape != spec.shape or spec.dtype != np.int8:
+        return f"the payload says {entry.tflite_shape} int8, the subgraph has {spec.shape} {spec.dtype}"
+    if np.float32(entry.scale) != np.float32(spec.scale) or entry.zero_point != spec.zero_point:
+        return (f"the payload says scale {entry.scale:g}, zero point {entry.zero_point}; the subgraph has "
+                f"{spec.scale:g}, {spec.zero_point}")
+    return None
+
+
+PAYLOAD_RULES = (format_flag_known, format_flag_layout, subgraph_tensor_matches)
+
+
+def program_tensor_matches(entry: TensorMap, tensor: torch.Tensor) -> str | None:
+    """The call's tensor has the shape the payload says, and is int8."""
+    if tensor.shape == entry.shape and tensor.dtype == torch.int8:
+        return None
+    return f"it is {tuple(tensor.shape)} {tensor.dtype}, the payload says {entry.shape} int8"
+
+
+def format_flag_dim_order(entry: TensorMap, tensor: torch.Tensor) -> str | None:
+    """A tensor of flag 0 is contiguous (the board's runtime passes its bytes as they are); one of flag 1 is
+    contiguous or channels_last (it transposes the first, passes the second)."""
+    if tensor.is_contiguous():
+        return None
+    if entry.format_flag == 1 and tensor.is_contiguous(memory_format=torch.channels_last):
+        return None
+    return f"format flag {entry.format_flag} on a {tuple(tensor.shape)} tensor of strides {tuple(tensor.stride())}"
+
+
+CALL_RULES = (program_tensor_matches, format_flag_dim_order)
 
 
 def is_microcode(blob: bytes) -> bool:
@@ -82,6 +154,13 @@ class NeutronDelegate:
         except Exception as e:  # a subgraph that parses but points nowhere: a corrupted file
             raise BadFile(program_name, f"{where}: its LiteRT subgraph cannot be prepared ({type(e).__name__}: "
                                         f"{e}); the file is corrupted, recompile the model") from e
+        for kind, entries, specs in (("input", self.inputs, self.runner.inputs),
+                                     ("output", self.outputs, self.runner.outputs)):
+            if len(entries) != len(specs):
+                raise BadFile(program_name, f"{where}: its payload maps {len(entries)} {kind}s, its LiteRT subgraph "
+                                            f"has {len(specs)}")
+            for entry, spec in zip(entries, specs, strict=True):
+                self._keep(PAYLOAD_RULES, kind, entry, spec)
 
     def written(self, n_args: int) -> list[int]:
         """Positions among the call's arguments of the tensors this delegate writes."""
@@ -111,7 +190,7 @@ class NeutronDelegate:
         return run
 
     def _feed(self, tensor: torch.Tensor, entry: TensorMap) -> Callable[[], np.ndarray]:
-        self._check(tensor, entry)
+        self._keep(CALL_RULES, "input", entry, tensor)
         array = tensor.numpy()
         if entry.channels_last:
             array = array.transpose(0, 2, 3, 1)
@@ -122,7 +201,7 @@ class NeutronDelegate:
 
     def _target(self, tensor: torch.Tensor, entry: TensorMap) -> tuple[np.ndarray, tuple[int, ...]]:
         """Where a result goes (a view with the arena's strides) and the shape to read the result in."""
-        self._check(tensor, entry)
+        self._keep(CALL_RULES, "output", entry, tensor)
         target = tensor.numpy()
         if entry.channels_last:
             target = target.transpose(0, 2, 3, 1)
@@ -137,12 +216,15 @@ class NeutronDelegate:
                     raise BadFile(self.program_name, f"{self.name}: its {kind} {entry.name} is argument {entry.arg} "
                                                      f"of the call's {max(count, 0)} {kind}s")
 
-    def _check(self, tensor: torch.Tensor, entry: TensorMap) -> None:
-        if tensor.shape != entry.shape or tensor.dtype != torch.int8:
-            raise BadFile(self.program_name, f"{self.name}: tensor {entry.name} is {tuple(tensor.shape)} "
-                                             f"{tensor.dtype}, its payload expects {entry.shape} int8")
+    def _keep(self, rules, kind: str, entry: TensorMap, against) -> None:
+        for rule in rules:
+            problem = rule(entry, against)
+            if problem is not None:
+                raise BadFile(self.program_name, f"{self.name}: its {kind} {entry.name} breaks rule {rule.__name__}: "
+                                                 f"{problem}")
 
 
 def _tensor_map(entry: dict) -> TensorMap:
-    return TensorMap(arg=int(entry["arg"]), name=str(entry["name"]), shape=tuple(entry["shape"]),
-                     tflite_shape=tuple(entry["tflite_shape"]), channels_last=bool(entry["format_flag"]))
+    return TensorMap(arg=int(entry["arg"]), name=str(entry["name"]), shape=tuple(int(d) for d in entry["shape"]),
+                     tflite_shape=tuple(int(d) for d in entry["tflite_shape"]), format_flag=int(entry["format_flag"]),
+                     scale=float(entry["scale"]), zero_point=int(entry["zero_point"]))

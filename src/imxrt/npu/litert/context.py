@@ -23,6 +23,7 @@ from torch.fx import Node
 from imxrt.npu.litert import layout, qdq, tflm_limits
 from imxrt.npu.litert.errors import UnsupportedForLiteRT
 from imxrt.npu.litert.ir import Graph, Operator, PerChannel, PerTensor, Quantization, Tensor
+from imxrt.npu.litert.tflm_limits import MAX_CONCATENATION_INPUTS
 
 aten = exir_ops.edge.aten
 Activation = schema.ActivationFunctionType
@@ -44,8 +45,6 @@ _FUSED_ACTIVATIONS = {
     (0.0, 6.0): Activation.RELU6,
 }
 
-
-MAX_CONCATENATION_INPUTS = 10  # TFLM's concatenation kernel (kMaxInputNum); its prepare refuses more
 
 
 def _joined_shape(tensors: Sequence[Tensor], axis: int) -> tuple[int, ...]:

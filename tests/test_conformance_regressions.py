@@ -886,13 +886,15 @@ def test_a_grouped_transposed_conv_bias_has_a_scale_per_output_channel(target):
 
 
 def test_the_host_runtime_refuses_a_per_channel_count_the_c_kernel_would_abort_on():
-    from imxrt.runtime import ops
+    from imxrt.runtime import preconditions
 
-    kernel = ops._dense_operands(torch.ops.quantized_decomposed.dequantize_per_channel.out)
+    name = "quantized_decomposed::dequantize_per_channel.out"
+    op = torch.ops.quantized_decomposed.dequantize_per_channel.out
     values = torch.zeros(3, 1, 2, dtype=torch.int8)
-    with pytest.raises(ValueError, match="1 scales for 3 channels along axis 0"):
-        kernel(values, torch.ones(1), torch.zeros(1, dtype=torch.int64), 0, -127, 127, torch.int8,
-               out=torch.empty(3, 1, 2))
+    problem = preconditions.check(name, op._schema, op,
+                                  [values, torch.ones(1, dtype=torch.float64), torch.zeros(1, dtype=torch.int64), 0,
+                                   -127, 127, torch.int8], {"out_dtype": None, "out": torch.empty(3, 1, 2)})
+    assert problem is not None and "scales must be 3 float64 or float32 values (one per channel)" in problem
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -492,9 +492,13 @@ def many_subgraphs(tflite: bytes, count: int) -> bytes:
     """``tflite`` with its one subgraph referred to ``count`` times by the model's subgraph vector."""
     model = schema.ModelT.InitFromPackedBuf(bytearray(tflite), 0)
     builder = flatbuffers.Builder(0)
-    subgraph = model.subgraphs[0].Pack(builder)
+    return _finish_model(builder, model, [model.subgraphs[0].Pack(builder)] * count)
+
+
+def _finish_model(builder: flatbuffers.Builder, model: schema.ModelT, subgraph_offsets: list[int]) -> bytes:
+    """The model's bytes with ``subgraph_offsets`` (already in ``builder``) as its subgraph vector."""
     codes = _vector(builder, schema.ModelStartOperatorCodesVector, [c.Pack(builder) for c in model.operatorCodes])
-    subgraphs = _vector(builder, schema.ModelStartSubgraphsVector, [subgraph] * count)
+    subgraphs = _vector(builder, schema.ModelStartSubgraphsVector, subgraph_offsets)
     buffers = _vector(builder, schema.ModelStartBuffersVector, [b.Pack(builder) for b in model.buffers])
     schema.ModelStart(builder)
     schema.ModelAddVersion(builder, 3)
@@ -545,14 +549,4 @@ def _shared_tensor_model(model: schema.ModelT, builder: flatbuffers.Builder, ten
     schema.SubGraphStart(builder)
     schema.SubGraphAddTensors(builder, tensors)
     schema.SubGraphAddOperators(builder, operators)
-    subgraph = schema.SubGraphEnd(builder)
-    codes = _vector(builder, schema.ModelStartOperatorCodesVector, [c.Pack(builder) for c in model.operatorCodes])
-    subgraphs = _vector(builder, schema.ModelStartSubgraphsVector, [subgraph])
-    buffers = _vector(builder, schema.ModelStartBuffersVector, [b.Pack(builder) for b in model.buffers])
-    schema.ModelStart(builder)
-    schema.ModelAddVersion(builder, 3)
-    schema.ModelAddOperatorCodes(builder, codes)
-    schema.ModelAddSubgraphs(builder, subgraphs)
-    schema.ModelAddBuffers(builder, buffers)
-    builder.Finish(schema.ModelEnd(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
+    return _finish_model(builder, model, [schema.SubGraphEnd(builder)])

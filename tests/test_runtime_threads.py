@@ -1,0 +1,91 @@
+"""A program run holds BLAS and torch at one thread, whatever its kernels call, and gives the caller's counts back.
+
+On a machine whose cores are busy, a BLAS or OpenMP pool of several threads spins against the other processes:
+a cortex_m convolution's matmul on OpenBLAS's two threads took 44 ms instead of 0.2 ms. Nothing here is timed:
+a kernel of the run records the counts it runs under, and the caller's counts (three, more than the one the run
+takes) must be back after the run, also after one that fails.
+"""
+
+from __future__ import annotations
+
+import threadpoolctl
+import torch
+from compiled_examples import tiny
+
+import imxrt
+import imxrt.runtime
+from imxrt.errors import BadFile
+from imxrt.kernels import conv
+from imxrt.runtime import threads
+
+CALLER = 3  # the caller's count of each: not 1, and not what the machine gives by default
+
+
+def blas_counts() -> list[int]:
+    return [library["num_threads"] for library in threadpoolctl.ThreadpoolController().select(user_api="blas").info()]
+
+
+def cpu_program() -> bytes:
+    """The tiny conv net for the Cortex-M alone: its convolution is a cortex_m kernel."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                                torch.nn.Linear(4 * 4 * 4, 2)).eval()
+    x = torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(1))
+    return imxrt.compile(model, (x,), "imxrt700-cpu", [(x,)], imxrt.CompileOptions(show_progress=False)).pte
+
+
+def probed_run(pte: bytes, monkeypatch, fail: bool = False) -> list[tuple[list[int], int]]:
+    """Run ``pte`` once with the caller at ``CALLER`` threads of each; the (BLAS counts, torch count) its
+    convolutions ran under. ``fail``: the convolution raises after recording."""
+    seen = []
+    real = conv.conv2d
+
+    def probe(x, params):
+        seen.append((blas_counts(), torch.get_num_threads()))
+        if fail:
+            raise RuntimeError("probe")
+        return real(x, params)
+
+    monkeypatch.setattr(conv, "conv2d", probe)  # before loading: the prepared calls bind it
+    program = imxrt.runtime.load(pte)
+    threads_before = torch.get_num_threads()
+    try:
+        with threadpoolctl.threadpool_limits(limits=CALLER, user_api="blas"):
+            torch.set_num_threads(CALLER)
+            try:
+                program.forward(torch.randn(1, 3, 6, 6))
+            except BadFile:
+                assert fail
+            assert blas_counts() == [CALLER] * len(blas_counts()), "BLAS's counts are not the caller's after the run"
+            assert torch.get_num_threads() == CALLER, "torch's count is not the caller's after the run"
+    finally:
+        torch.set_num_threads(threads_before)
+    return seen
+
+
+def test_a_cortex_m_program_runs_on_one_thread_and_restores_the_callers_counts(monkeypatch):
+    seen = probed_run(cpu_program(), monkeypatch)
+    assert seen and all(blas == [1] * len(blas) and torch_count == 1 for blas, torch_count in seen), seen
+
+
+def test_an_npu_program_runs_on_one_thread_and_restores_the_callers_counts(monkeypatch):
+    """The LiteRT subgraph held BLAS at one thread before, but not torch."""
+    seen = probed_run(tiny(0).pte, monkeypatch)
+    assert seen and all(blas == [1] * len(blas) and torch_count == 1 for blas, torch_count in seen), seen
+
+
+def test_a_run_that_fails_restores_the_callers_counts(monkeypatch):
+    seen = probed_run(cpu_program(), monkeypatch, fail=True)
+    assert len(seen) == 1 and seen[0][1] == 1
+
+
+def test_the_hold_is_reentrant_and_shared_by_its_holders():
+    """BLAS's count is process-wide: it returns to the caller's when the last holder leaves, not the first."""
+    hold = threads.one_thread()
+    with threadpoolctl.threadpool_limits(limits=CALLER, user_api="blas"):
+        outer = hold.enter()
+        inner = hold.enter()
+        hold.leave(inner)
+        assert blas_counts() == [1] * len(blas_counts())
+        hold.leave(outer)
+        assert blas_counts() == [CALLER] * len(blas_counts())

@@ -252,22 +252,25 @@ def quantized_add_kernel(self, self_zero_point, self_multiplier, self_shift, oth
                          other_multiplier, other_shift, output_zero_point, output_multiplier, output_shift,
                          activation_min, activation_max) -> Evaluate:
     """arm_elementwise_add_s8 with op_quantized_add.cpp's left_shift of 20 (``elementwise.ADD_LEFT_SHIFT``):
-    v_i = requantize((q_i - zp_i) << 20, M_i, s_i);  q = clamp(requantize(v_1 + v_2, M, s) + zp_out)."""
+    v_i = requantize((q_i - zp_i) << 20, M_i, s_i);  q = clamp(requantize(v_1 + v_2, M, s) + zp_out). Two int8
+    inputs take 65536 value pairs: the kernel runs once on each when preparing, a call reads the table
+    (``elementwise.pair_table``)."""
     _int8("quantized_add", self, other)
     params = elementwise.AddParams(int(self_zero_point), int(self_multiplier), int(self_shift),
                                    int(other_zero_point), int(other_multiplier), int(other_shift),
                                    int(output_multiplier), int(output_shift), int(output_zero_point),
                                    int(activation_min), int(activation_max), subtract=False)
-    return functools.partial(elementwise.add, params=params)
+    return functools.partial(elementwise.lookup_pair, table=elementwise.pair_table(elementwise.add, params))
 
 
 def quantized_mul_kernel(self, self_zero_point, other, other_zero_point, output_zero_point, output_multiplier,
                          output_shift) -> Evaluate:
-    """arm_elementwise_mul_s8: q = clamp(requantize((q_1 - zp_1)(q_2 - zp_2)) + zp_out) over int8."""
+    """arm_elementwise_mul_s8: q = clamp(requantize((q_1 - zp_1)(q_2 - zp_2)) + zp_out) over int8, as a table of
+    the 65536 value pairs (``quantized_add_kernel``)."""
     _int8("quantized_mul", self, other)
     params = elementwise.MulParams(int(self_zero_point), int(other_zero_point), int(output_multiplier),
                                    int(output_shift), int(output_zero_point), INT8_MIN, INT8_MAX)
-    return functools.partial(elementwise.mul, params=params)
+    return functools.partial(elementwise.lookup_pair, table=elementwise.pair_table(elementwise.mul, params))
 
 
 def quantized_div_kernel(self, self_zero_point, other, other_zero_point, output_zero_point, output_scale

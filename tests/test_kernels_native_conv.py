@@ -307,12 +307,14 @@ def test_cortex_m_pools_c_kernel_equals_numpy(name, monkeypatch, loops):
 
 
 def test_layers_outside_the_c_kernels_integers_stay_on_numpy():
-    """An input zero point outside int8 (a crafted file's), and more taps than int32 sums of centered values
-    hold (``conv.NATIVE_MAX_TERMS``)."""
+    """An input zero point or a clamp outside int8 (a crafted file's: numpy wraps a value past int8, the vector
+    loops saturate it), and more taps than int32 sums of centered values hold (``conv.NATIVE_MAX_TERMS``)."""
     window = conv.make_window((4, 4), (1, 1), (1, 1), (1, 1), True)
     filters = np.ones((2, 1, 1, 3), np.int8)
     assert conv.prepare_conv(filters, None, window, 0, [1 << 30], [-3], 0, -128, 127).native is not None
     assert conv.prepare_conv(filters, None, window, 200, [1 << 30], [-3], 0, -128, 127).native is None
+    assert conv.prepare_conv(filters, None, window, 0, [1 << 30], [-3], 0, -200, 127).native is None
+    assert conv.prepare_conv(filters, None, window, 0, [1 << 30], [-3], 0, 5, 4).native is None
     deep = np.ones((1, 1, 1, conv.NATIVE_MAX_TERMS + 1), np.int8)
     assert conv.prepare_conv(deep, None, window, 0, [1 << 30], [-20], 0, -128, 127).native is None
 

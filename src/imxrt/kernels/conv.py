@@ -264,7 +264,8 @@ def prepare_conv(filters: np.ndarray, bias: np.ndarray | None, window: Window, i
     output = prepare_output_stage(multipliers, shifts, folded, low, high, output_zero_point, act_min, act_max)
     weights = np.ascontiguousarray(by_channel.T.astype(_sum_dtype(low, high)))
     layer = None
-    stage = _centered_stage(by_channel, bias, input_zero_point, multipliers, shifts) if native else None
+    stage = _centered_stage(by_channel, bias, input_zero_point, multipliers, shifts, act_min, act_max) if native \
+        else None
     if stage is not None:
         layer = _native.Convolution(np.ascontiguousarray(filters, dtype=np.int8), int(filters.shape[3]),
                                     window.native_form(), int(input_zero_point), *stage, int(output_zero_point),
@@ -272,19 +273,19 @@ def prepare_conv(filters: np.ndarray, bias: np.ndarray | None, window: Window, i
     return ConvParams(window, weights, int(input_zero_point), output, native=layer)
 
 
-def _centered_stage(by_channel: np.ndarray, bias: np.ndarray, input_zero_point: int, multipliers, shifts
-                    ) -> tuple[np.ndarray, ...] | None:
+def _centered_stage(by_channel: np.ndarray, bias: np.ndarray, input_zero_point: int, multipliers, shifts,
+                    act_min: int, act_max: int) -> tuple[np.ndarray, ...] | None:
     """The C kernels' output stage constants for sums of w[c, i] (q_i - zp_in) (``by_channel`` [C, terms]
     integer, the bias not folded), or None when the extension is not built or the layer is outside what its
-    integers hold: an input zero point or a weight outside int8, more than ``NATIVE_MAX_TERMS`` terms, or an
-    output stage value reaching 2**63 (``integer_stage_constants``)."""
+    integers hold: an input zero point or a weight outside int8, more than ``NATIVE_MAX_TERMS`` terms, an output
+    stage value reaching 2**63 or a clamp outside int8 (``integer_stage_constants``)."""
     if _native is None or not INT8_MIN <= int(input_zero_point) <= INT8_MAX:
         return None
     if (by_channel.shape[1] > NATIVE_MAX_TERMS or by_channel.min(initial=0) < INT8_MIN
             or by_channel.max(initial=0) > INT8_MAX):
         return None
     low, high = accumulator_range(by_channel, INT8_MIN - int(input_zero_point), INT8_MAX - int(input_zero_point))
-    return integer_stage_constants(bias, multipliers, shifts, low, high, by_channel.shape[0])
+    return integer_stage_constants(bias, multipliers, shifts, low, high, by_channel.shape[0], act_min, act_max)
 
 
 def conv2d(x: np.ndarray, params: ConvParams) -> np.ndarray:
@@ -333,7 +334,7 @@ class DepthwiseParams:
         filter_h, filter_w, out_channels = self.weights.shape
         by_channel = self.weights.reshape(filter_h * filter_w, out_channels).T.astype(np.int64)
         stage = _centered_stage(by_channel, np.asarray(self.bias, np.int64), self.input_zero_point, self.multipliers,
-                                self.shifts)
+                                self.shifts, self.act_min, self.act_max)
         layer = None
         if stage is not None and out_channels == self.depth_multiplier:  # one input channel: a convolution
             layer = _native.Convolution(np.ascontiguousarray(self.weights.transpose(2, 0, 1)[..., None], np.int8), 1,

@@ -74,12 +74,12 @@ def native_layer(weights: np.ndarray, bias: np.ndarray, multipliers, shifts, acc
                  output_zero_point: int, act_min: int, act_max: int):
     """The layer as ``_native.FullyConnected`` (int8 ``weights`` [out, in], ``bias`` with the input zero point
     folded), or None when the extension is not built or the layer is outside what its integers hold: depth
-    past ``NATIVE_MAX_DEPTH``, or a value of the output stage, (acc + bias) M' + K for acc in
-    [acc_min, acc_max], reaching 2**63 (``integer_stage_constants``)."""
+    past ``NATIVE_MAX_DEPTH``, a value of the output stage, (acc + bias) M' + K for acc in [acc_min, acc_max],
+    reaching 2**63, or a clamp outside int8 (``integer_stage_constants``)."""
     depth = weights.shape[1]
     if _native is None or not 1 <= depth <= NATIVE_MAX_DEPTH:
         return None
-    stage = integer_stage_constants(bias, multipliers, shifts, acc_min, acc_max, weights.shape[0])
+    stage = integer_stage_constants(bias, multipliers, shifts, acc_min, acc_max, weights.shape[0], act_min, act_max)
     if stage is None:
         return None
     return _native.FullyConnected(np.ascontiguousarray(weights, dtype=np.int8), depth, *stage,

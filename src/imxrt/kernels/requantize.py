@@ -313,12 +313,15 @@ def _float_exact(bias, multiplier, offset, total_shift, acc_min, acc_max, level_
 INT64_LIMIT = 1 << 63
 
 
-def integer_stage_constants(bias, multipliers, shifts, acc_min, acc_max, channels: int
+def integer_stage_constants(bias, multipliers, shifts, acc_min, acc_max, channels: int, act_min: int, act_max: int
                             ) -> tuple[np.ndarray, ...] | None:
     """The int64 constants (bias, M', K, tie_threshold, tie_step, S) of the integer output stage a C kernel runs
-    (``_native.c``: v = (acc + bias) M' + K, less the tie step, shifted right by S) for ``channels`` channels, each
-    contiguous; None when a value it computes for an accumulator in [acc_min, acc_max] (per channel) could reach
-    2**63, or a shift is outside what a 64-bit shift takes."""
+    (``_native.c``: v = (acc + bias) M' + K, less the tie step, shifted right by S, clamped to [act_min, act_max])
+    for ``channels`` channels, each contiguous; None when a value it computes for an accumulator in
+    [acc_min, acc_max] (per channel) could reach 2**63, a shift is outside what a 64-bit shift takes, or the clamp
+    is not a range of int8 (numpy wraps a value past int8 where the C kernels' vector loops saturate it)."""
+    if not INT8_MIN <= int(act_min) <= int(act_max) <= INT8_MAX:
+        return None
     bias = np.ascontiguousarray(np.broadcast_to(np.asarray(bias, dtype=np.int64), (channels,)))
     multiplier, offset, tie_threshold, tie_step, total_shift = (
         np.ascontiguousarray(np.broadcast_to(v, (channels,)), dtype=np.int64)

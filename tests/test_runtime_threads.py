@@ -2,8 +2,8 @@
 
 On a machine whose cores are busy, a BLAS or OpenMP pool of several threads spins against the other processes:
 a cortex_m convolution's matmul on OpenBLAS's two threads took 44 ms instead of 0.2 ms. Nothing here is timed:
-a kernel of the run records the counts it runs under, and the caller's counts (three, more than the one the run
-takes) must be back after the run, also after one that fails.
+the run's first and last kernels record the counts they run under, and the caller's counts (three, more than the
+one the run takes) must be back after the run, also after one that fails.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from compiled_examples import tiny
 
 import imxrt
 import imxrt.runtime
+from imxrt.cpu import ops_reference
 from imxrt.errors import BadFile
-from imxrt.kernels import conv
-from imxrt.runtime import threads
 
 CALLER = 3  # the caller's count of each: not 1, and not what the machine gives by default
 
@@ -35,18 +34,21 @@ def cpu_program() -> bytes:
 
 
 def probed_run(pte: bytes, monkeypatch, fail: bool = False) -> list[tuple[list[int], int]]:
-    """Run ``pte`` once with the caller at ``CALLER`` threads of each; the (BLAS counts, torch count) its
-    convolutions ran under. ``fail``: the convolution raises after recording."""
+    """Run ``pte`` once with the caller at ``CALLER`` threads of each; the (BLAS counts, torch count) its first
+    and last kernels (the input's quantize, the output's dequantize) ran under. ``fail``: the quantize raises
+    after recording."""
     seen = []
-    real = conv.conv2d
 
-    def probe(x, params):
-        seen.append((blas_counts(), torch.get_num_threads()))
-        if fail:
-            raise RuntimeError("probe")
-        return real(x, params)
+    def probe(real):
+        def kernel(*args):
+            seen.append((blas_counts(), torch.get_num_threads()))
+            if fail:
+                raise RuntimeError("probe")
+            return real(*args)
+        return kernel
 
-    monkeypatch.setattr(conv, "conv2d", probe)  # before loading: the prepared calls bind it
+    for name in ("_quantize", "_dequantize"):  # looked up at each call: the prepared calls reach the probes
+        monkeypatch.setattr(ops_reference, name, probe(getattr(ops_reference, name)))
     program = imxrt.runtime.load(pte)
     threads_before = torch.get_num_threads()
     try:
@@ -65,13 +67,14 @@ def probed_run(pte: bytes, monkeypatch, fail: bool = False) -> list[tuple[list[i
 
 def test_a_cortex_m_program_runs_on_one_thread_and_restores_the_callers_counts(monkeypatch):
     seen = probed_run(cpu_program(), monkeypatch)
-    assert seen and all(blas == [1] * len(blas) and torch_count == 1 for blas, torch_count in seen), seen
+    assert len(seen) == 2 and all(blas == [1] * len(blas) and torch_count == 1 for blas, torch_count in seen), seen
 
 
 def test_an_npu_program_runs_on_one_thread_and_restores_the_callers_counts(monkeypatch):
-    """The LiteRT subgraph held BLAS at one thread before, but not torch."""
+    """Before, only the LiteRT subgraph held BLAS at one thread (not the CPU kernels around it), and nothing
+    held torch."""
     seen = probed_run(tiny(0).pte, monkeypatch)
-    assert seen and all(blas == [1] * len(blas) and torch_count == 1 for blas, torch_count in seen), seen
+    assert len(seen) == 2 and all(blas == [1] * len(blas) and torch_count == 1 for blas, torch_count in seen), seen
 
 
 def test_a_run_that_fails_restores_the_callers_counts(monkeypatch):
@@ -81,7 +84,9 @@ def test_a_run_that_fails_restores_the_callers_counts(monkeypatch):
 
 def test_the_hold_is_reentrant_and_shared_by_its_holders():
     """BLAS's count is process-wide: it returns to the caller's when the last holder leaves, not the first."""
-    hold = threads.one_thread()
+    from imxrt.runtime.threads import one_thread
+
+    hold = one_thread()
     with threadpoolctl.threadpool_limits(limits=CALLER, user_api="blas"):
         outer = hold.enter()
         inner = hold.enter()

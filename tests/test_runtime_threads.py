@@ -94,3 +94,21 @@ def test_the_hold_is_reentrant_and_shared_by_its_holders():
         assert blas_counts() == [1] * len(blas_counts())
         hold.leave(outer)
         assert blas_counts() == [CALLER] * len(blas_counts())
+
+
+def test_an_evaluation_worker_holds_one_thread_for_its_life():
+    """imxrt.evaluate's worker processes (the pool's initializer) run on one BLAS and one torch thread whatever
+    the machine's default, for the fake-quantized program too, not only inside each program run."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from imxrt import accuracy
+
+    settings = accuracy._LogSettings.here()
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=accuracy._start_worker,
+                             initargs=(tiny(0).pte, "tiny.pte", False, settings, None)) as pool:
+        libraries = pool.submit(threadpoolctl.threadpool_info).result(timeout=300)
+        torch_threads = pool.submit(torch.get_num_threads).result(timeout=300)
+    blas = [library["num_threads"] for library in libraries if library["user_api"] == "blas"]
+    assert blas and all(count == 1 for count in blas), libraries
+    assert torch_threads == 1

@@ -255,7 +255,7 @@ def prepare_conv(filters: np.ndarray, bias: np.ndarray | None, window: Window, i
                  multipliers, shifts, output_zero_point: int, act_min: int, act_max: int,
                  native: bool = True) -> ConvParams:
     """``filters`` OHWI int8. ``native``: run in the C extension when it is built and the layer fits its
-    integers (``_native_convolution``); False keeps the numpy path."""
+    integers (``_centered_stage``); False keeps the numpy path."""
     out_channels = filters.shape[0]
     by_channel = filters.reshape(out_channels, -1).astype(np.int64)
     low, high = accumulator_range(by_channel, *_input_range(input_zero_point))
@@ -289,7 +289,8 @@ def _centered_stage(by_channel: np.ndarray, bias: np.ndarray, input_zero_point: 
 
 
 def conv2d(x: np.ndarray, params: ConvParams) -> np.ndarray:
-    """NHWC int8 -> NHWC int8; im2col (every window copied, as one strided copy) and one matmul."""
+    """NHWC int8 -> NHWC int8: the C kernel where it is built, else im2col (every window copied, as one strided
+    copy) and one matmul."""
     window = params.window
     batch, (out_h, out_w) = x.shape[BATCH], window.output_size
     if params.native is not None:

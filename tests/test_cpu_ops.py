@@ -244,6 +244,43 @@ def test_out_variant_writes_a_strided_arena_view():
         cortex_m.quantized_add.out(*args, out=torch.empty(1, 4, 3, 2, dtype=torch.int8))
 
 
+def _arena_slot(shape, layout: str) -> torch.Tensor:
+    """A zeroed int8 tensor of ``shape`` (NCHW) laid out as the arena may hold it: contiguous, channels_last, or
+    channels_last at an offset with a gap between rows (not dense)."""
+    if layout == "contiguous":
+        return torch.zeros(shape, dtype=torch.int8)
+    if layout == "channels_last":
+        return torch.zeros(shape, dtype=torch.int8).to(memory_format=torch.channels_last)
+    n, c, h, w = shape
+    arena = torch.zeros(8 + n * h * (w + 1) * c, dtype=torch.int8)
+    return arena.as_strided(shape, (h * (w + 1) * c, 1, (w + 1) * c, c), 8)
+
+
+@pytest.mark.parametrize("out_layout", ["contiguous", "channels_last", "gapped"])
+@pytest.mark.parametrize("input_layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("name", ["quantized_add", "quantized_activation", "quantized_conv2d",
+                                  "quantized_avg_pool2d"])
+def test_prepared_call_writes_any_arena_layout(name, input_layout, out_layout):
+    """The runtime's prepared call on arena views: an elementwise op reads and writes data laid out alike in
+    memory order, a C kernel writes a dense NHWC slot itself; every other layout takes the copying path. Each
+    gives the kernel's own result."""
+    x = _arena_slot((1, 4, 5, 6), input_layout).copy_(nchw(rand_int8((1, 5, 6, 4), 40)))
+    other = _arena_slot((1, 4, 5, 6), input_layout).copy_(nchw(rand_int8((1, 5, 6, 4), 41)))
+    lut = t(rand_int8((256,), 42))
+    args = {
+        "quantized_add": (x, 1, 1 << 30, 0, other, -3, 1 << 30, 0, -3, 1 << 30, -19, -128, 127),
+        "quantized_activation": (x, lut),
+        "quantized_conv2d": (x, t(rand_int8((6, 3, 3, 4), 43)), None, [1, 1], [1, 1], [1, 1], 3, -5,
+                             t(np.full(6, 1 << 30, np.int32)), t(np.full(6, -9, np.int32)), -128, 127, SCRATCH),
+        "quantized_avg_pool2d": (x, [2, 2], [1, 1], [0, 0], False, 0, 1 << 30, 0, SCRATCH),
+    }[name]
+    (op,) = [op for op in ops.OPS if op.name == name]
+    want = op.reference(*args)
+    out = _arena_slot(tuple(want.shape), out_layout)
+    assert op.prepare(*args, out=out)() is out
+    assert torch.equal(out, want)
+
+
 def test_out_variant_and_functional_op_compute_alike():
     """The .out kernel (the reference, then a strided copy: the runtime's path for arguments that change
     between calls) and the functional op (the prepared call) on a conv, a depthwise conv and a linear."""

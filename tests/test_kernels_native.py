@@ -1,9 +1,10 @@
-"""The fully connected layer in C (imxrt.kernels._native) and the numpy path it stands in for.
+"""The fully connected layer in C (imxrt.kernels._native) and the numpy path it stands in for (the convolutions
+and pools in C: test_kernels_native_conv.py).
 
 Every TFLM comparison of a FULLY_CONNECTED op runs the C kernel when it is built; here the numpy path runs
-the same models against TFLM too, both run layer shapes the models do not reach (channel counts that are
-not a multiple of four or exceed 256, several rows, depths of one), each against the direct integer
-reference, and the C type refuses buffers that do not fit it.
+the same models against TFLM too (and the numpy convolutions and pools two whole partitions), both run layer
+shapes the models do not reach (channel counts that are not a multiple of four or exceed 256, several rows,
+depths of one), each against the direct integer reference, and the C type refuses buffers that do not fit it.
 """
 
 from __future__ import annotations
@@ -14,19 +15,30 @@ from test_kernels_models import partition
 from test_kernels_ops import assert_bit_exact, lowered
 from test_kernels_paths import reference_output
 
-from imxrt.kernels import fully_connected
+from imxrt.kernels import conv, fully_connected, pooling
 
 FC_MODELS = ["op_linear_rank3", "op_linear_decomposed_to_addmm", "op_linear_relu_decomposed"]
 
 
 def test_the_c_kernels_are_built():
     """`pip install -e .` compiles kernels/_native.c; without a C compiler the install succeeds but the host
-    runtime falls back to numpy (same numbers, several times slower on small layers)."""
+    runtime falls back to numpy (same numbers, several times slower)."""
     try:
         from imxrt.kernels import _native
     except ImportError as e:
         pytest.fail(f"imxrt.kernels._native is not built ({e}): install a C compiler and reinstall imxrt")
-    assert fully_connected._native is _native
+    assert fully_connected._native is conv._native is pooling._native is _native
+
+
+@pytest.mark.parametrize("name", ["ds_cnn", "mobilenet_v2"])
+def test_numpy_convolutions_and_pools_run_the_partition_bit_exactly(name, monkeypatch):
+    """Without the C kernels (an install without a compiler) the numpy ones give TFLM's numbers on whole
+    models: DS-CNN's strided stem and depthwise layers, MobileNetV2's inverted residuals and average pool (the
+    C ones are checked on the same partitions by test_kernels_models.py, on edge cases by
+    test_kernels_native_conv.py)."""
+    for module in (conv, fully_connected, pooling):
+        monkeypatch.setattr(module, "_native", None)
+    assert_bit_exact(partition(name), range(2))
 
 
 @pytest.mark.parametrize("name", FC_MODELS)

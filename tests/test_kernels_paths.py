@@ -1,9 +1,12 @@
 """Kernel paths that the TFLM comparisons reach only on some shapes, each against a direct integer
 reference (int64 sums of (q - zp) * w, then TFLite's two-step MultiplyByQuantizedMultiplier): depthwise
-over tap rows (many output positions) and over windows (few), with stride, dilation and a depth multiplier;
-fully connected with the output stage folded into its matmul and without; the 65536-entry pair tables."""
+in C and, in numpy, over tap rows (many output positions) and over windows (few), with stride, dilation and a
+depth multiplier; fully connected with the output stage folded into its matmul and without; the 65536-entry
+pair tables."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -53,6 +56,11 @@ def test_depthwise_paths_equal_the_integer_reference(stride, dilation, same, mon
     rng = np.random.default_rng(sum(stride) * 10 + sum(dilation))
     x, params = _depthwise(rng, (37, 41), stride, dilation, same)
     want = reference_depthwise(x, params)
+    if params.native is not None:  # the C kernel, where it is built
+        np.testing.assert_array_equal(conv.depthwise_conv2d(x, params), want, err_msg="C")
+    monkeypatch.setattr(conv, "_native", None)
+    params = dataclasses.replace(params)  # prepared again: on numpy
+    assert params.native is None
     out_h, out_w = params.window.output_size
     for summed_windows in (0, out_h * out_w):  # the tap loop, then the einsum over windows
         monkeypatch.setattr(conv, "SUMMED_WINDOWS", summed_windows)

@@ -149,16 +149,14 @@ def _one_thread():
     the host runtime's two BLAS threads made one process 2-4x slower, and beside two workers the workers
     gained nothing. One thread also makes the float figures the same on every machine and with any number
     of workers (a float sum's rounding depends on the thread count)."""
-    from imxrt.runtime.litert import single_threaded_blas  # the runtime's own limit, around its subgraphs
+    from imxrt.runtime.threads import one_thread  # the hold each program run takes too
 
-    threads, blas = torch.get_num_threads(), single_threaded_blas()
-    torch.set_num_threads(1)
-    saved = blas.enter()
+    hold = one_thread()
+    threads = hold.enter()
     try:
         yield
     finally:
-        blas.leave(saved)
-        torch.set_num_threads(threads)
+        hold.leave(threads)
 
 
 def _checked_workers(workers, program) -> int:
@@ -342,12 +340,12 @@ def _start_worker(pte: bytes, name: str, check_plan: bool, settings: _LogSetting
     settings.apply()  # before importing the runtime, whose imports log
     log = _Records()  # what a run logs here is logged again in the evaluating process
     logging.getLogger().addHandler(log)
-    # One thread of each, as the evaluating process (_one_thread): two workers with OpenBLAS's two threads
-    # each ran 15x slower on two cores.
-    torch.set_num_threads(1)
-    from imxrt.runtime.litert import single_threaded_blas
+    # One thread of each, as the evaluating process (_one_thread), for the worker's life: two workers with
+    # OpenBLAS's two threads each ran 15x slower on two cores. Each program run holds them at one anyway; this
+    # covers the fake-quantized program too, and leaves the runs nothing to switch.
+    from imxrt.runtime.threads import one_thread
 
-    single_threaded_blas().enter()  # for the worker's life
+    one_thread().enter()
     _worker = _Worker(pte, name, check_plan, log, layers)
 
 

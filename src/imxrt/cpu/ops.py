@@ -101,11 +101,12 @@ _MAX_POOL = ("Tensor input, int[] kernel_size, int[] stride, int[] padding, int[
 
 
 def _kernel_op(name: str, arguments: str, fake: Callable[..., torch.Tensor], kernel: Callable,
-               data: tuple[int, ...] = (0,), nchw: bool = False) -> CortexMOp:
+               data: tuple[int, ...] = (0,), nchw: bool = False, elementwise: bool = False) -> CortexMOp:
     """A row whose reference and prepared call come from one kernel factory (``ops_reference``); ``data``:
-    positions of the arguments that carry activations (the rest are constants)."""
+    positions of the arguments that carry activations (the rest are constants); ``elementwise``: the kernel
+    maps each element alone (``ops_reference.prepared``)."""
     return CortexMOp(name, arguments, fake, reference.functional(kernel, data, nchw),
-                     prepare=reference.prepared(name, kernel, data, nchw, fake), data=data)
+                     prepare=reference.prepared(name, kernel, data, nchw, fake, elementwise), data=data)
 
 
 
@@ -124,17 +125,19 @@ OPS: tuple[CortexMOp, ...] = (
     _kernel_op("quantized_add", "Tensor self, int self_zero_point, int self_multiplier, int self_shift, "
                "Tensor other, int other_zero_point, int other_multiplier, int other_shift, int output_zero_point, "
                "int output_multiplier, int output_shift, int activation_min, int activation_max",
-               shapes.quantized_add, reference.quantized_add_kernel, data=(0, 4)),
+               shapes.quantized_add, reference.quantized_add_kernel, data=(0, 4), elementwise=True),
     _kernel_op("quantized_mul", "Tensor self, int self_zero_point, Tensor other, int other_zero_point, "
                "int output_zero_point, int output_multiplier, int output_shift",
-               shapes.quantized_mul, reference.quantized_mul_kernel, data=(0, 2)),
+               shapes.quantized_mul, reference.quantized_mul_kernel, data=(0, 2), elementwise=True),
     _kernel_op("quantized_div", "Tensor self, int self_zero_point, Tensor other, int other_zero_point, "
                "int output_zero_point, float output_scale", shapes.quantized_div, reference.quantized_div_kernel,
-               data=(0, 2)),
+               data=(0, 2), elementwise=True),
     _kernel_op("quantized_activation", "Tensor input, Tensor lut",
-               shapes.quantized_activation, reference.quantized_activation_kernel),
-    _kernel_op("minimum", "Tensor self, Tensor other", shapes.minimum, reference.minimum_kernel, data=(0, 1)),
-    _kernel_op("maximum", "Tensor self, Tensor other", shapes.maximum, reference.maximum_kernel, data=(0, 1)),
+               shapes.quantized_activation, reference.quantized_activation_kernel, elementwise=True),
+    _kernel_op("minimum", "Tensor self, Tensor other", shapes.minimum, reference.minimum_kernel, data=(0, 1),
+               elementwise=True),
+    _kernel_op("maximum", "Tensor self, Tensor other", shapes.maximum, reference.maximum_kernel, data=(0, 1),
+               elementwise=True),
     _kernel_op("quantized_linear", "Tensor input, Tensor weights, Tensor? bias, Tensor? kernel_sum, "
                "int input_offset, int filter_offset, int output_offset, int[] requantize_multipliers, "
                "int[] requantize_shifts, int activation_max, int activation_min",

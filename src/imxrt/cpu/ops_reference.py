@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -208,12 +209,14 @@ def functional(kernel: Callable[..., Evaluate], data: tuple[int, ...], nchw: boo
 
 
 def prepared(name: str, kernel: Callable[..., Evaluate], data: tuple[int, ...], nchw: bool = False,
-             fake: Callable[..., torch.Tensor] | None = None) -> Callable:
+             fake: Callable[..., torch.Tensor] | None = None, elementwise: bool = False) -> Callable:
     """The ``.out`` call prepared once: ``prepare(*args, out=out)`` runs ``kernel`` on the arguments (the ones
     outside ``data`` must hold the same values at every call: constants) and returns a call that evaluates on
     numpy views of the data tensors' bytes and writes into ``out``'s, whatever their strides. ``nchw``: the
     op's tensors are NCHW-logical, its kernel takes and gives NHWC (the ``_nhwc`` twin's factory). ``fake``
-    (the op's shapes): ``out`` must have the shape and dtype it gives, checked once here."""
+    (the op's shapes): ``out`` must have the shape and dtype it gives, checked once here. ``elementwise``: the
+    kernel maps each element alone, so data and ``out`` laid out alike (a channels_last NCHW tensor) are read
+    and written in memory order, with no transposing copies."""
 
     def prepare(*args, out):
         evaluate = kernel(*((args[0].permute(0, 2, 3, 1), *args[1:]) if nchw else args))
@@ -224,14 +227,60 @@ def prepared(name: str, kernel: Callable[..., Evaluate], data: tuple[int, ...], 
             args = (args[0].permute(0, 2, 3, 1), *args[1:])
         views = [_view(args[i]) for i in data]
         target = _view(out.permute(0, 2, 3, 1) if nchw else out)
+        if elementwise:
+            views, target = _in_memory_order(views, target)
+        if isinstance(evaluate, Direct) and evaluate.writes(views, target):
+            write = evaluate.write
+
+            def run_direct():
+                write(*views, target)
+                return out
+            return run_direct
+        contiguous = all(view.flags.c_contiguous for view in views)  # the arena's views keep their strides
+        shape, dtype = target.shape, target.dtype
 
         def run():
-            result = evaluate(*[np.ascontiguousarray(view) for view in views])
-            check_out(name, target.shape, target.dtype, result.shape, result.dtype)
+            result = evaluate(*(views if contiguous else [np.ascontiguousarray(view) for view in views]))
+            if result.shape != shape or result.dtype != dtype:
+                check_out(name, shape, dtype, result.shape, result.dtype)
             np.copyto(target, result)
             return out
         return run
     return prepare
+
+
+def _in_memory_order(views: list[np.ndarray], target: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """Arrays of one shape and one dense layout (the bytes of a C-contiguous array with its axes permuted) as
+    1-D views in memory order; as they are otherwise."""
+    if any(view.shape != target.shape or view.strides != target.strides for view in views):
+        return views, target
+    order = sorted(range(target.ndim), key=lambda axis: -target.strides[axis])
+    flat = [array.transpose(order) for array in (*views, target)]
+    if not all(array.flags.c_contiguous for array in flat):
+        return views, target
+    *views, target = (array.reshape(-1) for array in flat)
+    return views, target
+
+
+@dataclass(frozen=True)
+class Direct:
+    """An evaluation a C kernel runs, which can also write its result straight into an array: ``write(*data,
+    out)`` takes C-contiguous int8 data and a C-contiguous int8 ``out`` of ``shape``. The prepared call uses it
+    where the arena's views are such (a copy of a kernel's result costs as much as a small layer)."""
+
+    evaluate: Evaluate
+    write: Callable[..., object]
+    shape: tuple[int, ...]
+
+    def __call__(self, *data: np.ndarray) -> np.ndarray:
+        return self.evaluate(*data)
+
+    def writes(self, views: list[np.ndarray], target: np.ndarray) -> bool:
+        """``write`` can take these views: all C-contiguous int8, the target of the result's shape and sharing
+        no bytes with the data (a kernel reads its input while writing)."""
+        return (target.shape == self.shape and target.dtype == np.int8 and target.flags.c_contiguous
+                and all(view.dtype == np.int8 and view.flags.c_contiguous
+                        and not np.may_share_memory(view, target) for view in views))
 
 
 def on_meta(args) -> tuple:
@@ -252,22 +301,25 @@ def quantized_add_kernel(self, self_zero_point, self_multiplier, self_shift, oth
                          other_multiplier, other_shift, output_zero_point, output_multiplier, output_shift,
                          activation_min, activation_max) -> Evaluate:
     """arm_elementwise_add_s8 with op_quantized_add.cpp's left_shift of 20 (``elementwise.ADD_LEFT_SHIFT``):
-    v_i = requantize((q_i - zp_i) << 20, M_i, s_i);  q = clamp(requantize(v_1 + v_2, M, s) + zp_out)."""
+    v_i = requantize((q_i - zp_i) << 20, M_i, s_i);  q = clamp(requantize(v_1 + v_2, M, s) + zp_out). Two int8
+    inputs take 65536 value pairs: the kernel runs once on each when preparing, a call reads the table
+    (``elementwise.pair_table``)."""
     _int8("quantized_add", self, other)
     params = elementwise.AddParams(int(self_zero_point), int(self_multiplier), int(self_shift),
                                    int(other_zero_point), int(other_multiplier), int(other_shift),
                                    int(output_multiplier), int(output_shift), int(output_zero_point),
                                    int(activation_min), int(activation_max), subtract=False)
-    return functools.partial(elementwise.add, params=params)
+    return functools.partial(elementwise.lookup_pair, table=elementwise.pair_table(elementwise.add, params))
 
 
 def quantized_mul_kernel(self, self_zero_point, other, other_zero_point, output_zero_point, output_multiplier,
                          output_shift) -> Evaluate:
-    """arm_elementwise_mul_s8: q = clamp(requantize((q_1 - zp_1)(q_2 - zp_2)) + zp_out) over int8."""
+    """arm_elementwise_mul_s8: q = clamp(requantize((q_1 - zp_1)(q_2 - zp_2)) + zp_out) over int8, as a table of
+    the 65536 value pairs (``quantized_add_kernel``)."""
     _int8("quantized_mul", self, other)
     params = elementwise.MulParams(int(self_zero_point), int(other_zero_point), int(output_multiplier),
                                    int(output_shift), int(output_zero_point), INT8_MIN, INT8_MAX)
-    return functools.partial(elementwise.mul, params=params)
+    return functools.partial(elementwise.lookup_pair, table=elementwise.pair_table(elementwise.mul, params))
 
 
 def quantized_div_kernel(self, self_zero_point, other, other_zero_point, output_zero_point, output_scale
@@ -339,7 +391,8 @@ def quantized_linear_kernel(input, weights, bias, kernel_sum, input_offset, filt
     params = fully_connected.prepare_fully_connected(
         _numpy(weights), accumulator_base, input_zero_point, list(requantize_multipliers), list(requantize_shifts),
         int(output_offset), int(activation_min), int(activation_max), output_shape)
-    return fully_connected.bind_fully_connected(params)
+    bound = fully_connected.bind_fully_connected(params)
+    return bound if params.native is None else Direct(bound, params.native.run, tuple(output_shape))
 
 
 def quantized_batch_matmul_kernel(lhs, lhs_zero_point, rhs_transposed, rhs_zero_point, output_zero_point,
@@ -416,7 +469,9 @@ def quantized_conv2d_nhwc_kernel(input, weight, bias, stride, padding, dilation,
                                         -int(input_offset), multipliers[outs], shifts[outs], int(output_offset),
                                         int(activation_min), int(activation_max)))
     if groups == 1:
-        return functools.partial(conv.conv2d, params=params[0])
+        evaluate = functools.partial(conv.conv2d, params=params[0])
+        return evaluate if params[0].native is None else Direct(
+            evaluate, params[0].native.run, (input.shape[0], *output_hw, filters.shape[0]))
 
     def evaluate(x: np.ndarray) -> np.ndarray:
         return np.concatenate([conv.conv2d(x[..., group * group_channels:(group + 1) * group_channels], p)
@@ -444,7 +499,9 @@ def quantized_depthwise_conv2d_nhwc_kernel(input, weight, bias, stride, padding,
                                   -int(input_offset), _numpy(requantize_multipliers).astype(np.int64),
                                   _numpy(requantize_shifts).astype(np.int64), int(output_offset),
                                   int(activation_min), int(activation_max))
-    return functools.partial(conv.depthwise_conv2d, params=params)
+    evaluate = functools.partial(conv.depthwise_conv2d, params=params)
+    return evaluate if params.native is None else Direct(evaluate, params.native.run,
+                                                         (input.shape[0], *output_hw, out_channels))
 
 
 def quantized_transpose_conv2d_nhwc_kernel(input, weight, bias, stride, padding, output_padding, dilation,
@@ -485,7 +542,9 @@ def quantized_avg_pool2d_nhwc_kernel(input, kernel_size, stride, padding, ceil_m
                            zero_point, multiplier, shift, scratch)
     window = _window(input.shape[1:3], _pair(kernel_size), stride, padding, (1, 1), output_hw)
     params = _pool_params("quantized_avg_pool2d", window, input.shape[1:3], INT8_MIN, INT8_MAX)
-    return functools.partial(pooling.average_pool, params=params)
+    evaluate = functools.partial(pooling.average_pool, params=params)
+    return evaluate if params.native is None else Direct(evaluate, params.native.average,
+                                                         (input.shape[0], *output_hw, input.shape[3]))
 
 
 def quantized_max_pool2d_nhwc_kernel(input, kernel_size, stride, padding, dilation, ceil_mode, input_zero_point,
@@ -502,4 +561,6 @@ def quantized_max_pool2d_nhwc_kernel(input, kernel_size, stride, padding, dilati
     window = _window(input.shape[1:3], _pair(kernel_size), stride, padding, dilation, output_hw)
     params = _pool_params("quantized_max_pool2d", window, input.shape[1:3], int(activation_min),
                           int(activation_max))
-    return functools.partial(pooling.max_pool, params=params)
+    evaluate = functools.partial(pooling.max_pool, params=params)
+    return evaluate if params.native is None else Direct(evaluate, params.native.maximum,
+                                                         (input.shape[0], *output_hw, input.shape[3]))

@@ -8,6 +8,12 @@ padding the input with zp_in (whose centered value is 0), so the sums read the r
 The sums run in float over integer operands: exact while every partial sum stays below the float's integer
 range (2**24 for float32, 2**53 for float64), which ``_sum_dtype`` checks from the weights when preparing.
 The output stage (``requantize.prepare_output_stage``) is prepared once per layer, from the same bounds.
+
+Where the C extension is built (``_native.c``), CONV_2D and DEPTHWISE_CONV_2D run there instead, each layer in
+one call: the same sums over the centered input q - zp_in (a tap outside the input adds nothing, so the bias is
+not folded) in int32, the integer output stage in int64. numpy copies every window and sums in float through
+BLAS; in C a window is gathered once and summed in integers. The numpy path stays, computing the same numbers,
+for an install without a C compiler and for layers outside the C kernels' integers.
 """
 
 from __future__ import annotations
@@ -20,15 +26,24 @@ from imxrt.kernels.requantize import (
     INT8_MAX,
     INT8_MIN,
     OutputStage,
+    integer_stage_constants,
     multiply_by_quantized_multiplier,
     prepare_output_stage,
     to_int8,
 )
 from imxrt.kernels.scratch import Scratch
 
+try:
+    from imxrt.kernels import _native
+except ImportError:  # installed without a C compiler: the numpy path computes the same numbers, slower
+    _native = None
+
 # NHWC dimension positions
 BATCH, HEIGHT, WIDTH, CHANNELS = 0, 1, 2, 3
 FLOAT32_EXACT = 1 << 24
+# _native.c: int32 sums of products of a centered int8 input (|q - zp_in| <= 255) and an int8 weight stay below
+# 2**31 up to this many terms.
+NATIVE_MAX_TERMS = 65793
 
 
 def _exact_float(terms: int, max_abs_product: int) -> type:
@@ -79,6 +94,12 @@ class Window:
     pad_before: tuple[int, int]
     output_size: tuple[int, int]
     filter_size: tuple[int, int]
+
+    def native_form(self) -> tuple[int, ...]:
+        """As ``_native.c`` takes a window: (filter_h, filter_w, stride_h, stride_w, dilation_h, dilation_w,
+        pad_top, pad_left, out_h, out_w)."""
+        return tuple(int(v) for v in (*self.filter_size, *self.stride, *self.dilation, *self.pad_before,
+                                      *self.output_size))
 
     def padding(self, input_hw: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
         """((top, bottom), (left, right)): enough for every tap of every output position to be in range."""
@@ -227,11 +248,14 @@ class ConvParams:
     input_zero_point: int
     output: OutputStage  # the bias folded with -zp_in * sum_tap w, MBQM, zp_out, clamp
     scratch: Scratch = field(default_factory=Scratch, repr=False, compare=False)
+    native: object | None = field(default=None, repr=False, compare=False)  # _native.Convolution, when built
 
 
 def prepare_conv(filters: np.ndarray, bias: np.ndarray | None, window: Window, input_zero_point: int,
-                 multipliers, shifts, output_zero_point: int, act_min: int, act_max: int) -> ConvParams:
-    """``filters`` OHWI int8."""
+                 multipliers, shifts, output_zero_point: int, act_min: int, act_max: int,
+                 native: bool = True) -> ConvParams:
+    """``filters`` OHWI int8. ``native``: run in the C extension when it is built and the layer fits its
+    integers (``_centered_stage``); False keeps the numpy path."""
     out_channels = filters.shape[0]
     by_channel = filters.reshape(out_channels, -1).astype(np.int64)
     low, high = accumulator_range(by_channel, *_input_range(input_zero_point))
@@ -239,15 +263,42 @@ def prepare_conv(filters: np.ndarray, bias: np.ndarray | None, window: Window, i
     folded = bias - int(input_zero_point) * by_channel.sum(axis=1)
     output = prepare_output_stage(multipliers, shifts, folded, low, high, output_zero_point, act_min, act_max)
     weights = np.ascontiguousarray(by_channel.T.astype(_sum_dtype(low, high)))
-    return ConvParams(window, weights, int(input_zero_point), output)
+    layer = None
+    stage = _centered_stage(by_channel, bias, input_zero_point, multipliers, shifts, act_min, act_max) if native \
+        else None
+    if stage is not None:
+        layer = _native.Convolution(np.ascontiguousarray(filters, dtype=np.int8), int(filters.shape[3]),
+                                    window.native_form(), int(input_zero_point), *stage, int(output_zero_point),
+                                    int(act_min), int(act_max))
+    return ConvParams(window, weights, int(input_zero_point), output, native=layer)
+
+
+def _centered_stage(by_channel: np.ndarray, bias: np.ndarray, input_zero_point: int, multipliers, shifts,
+                    act_min: int, act_max: int) -> tuple[np.ndarray, ...] | None:
+    """The C kernels' output stage constants for sums of w[c, i] (q_i - zp_in) (``by_channel`` [C, terms]
+    integer, the bias not folded), or None when the extension is not built or the layer is outside what its
+    integers hold: an input zero point or a weight outside int8, more than ``NATIVE_MAX_TERMS`` terms, an output
+    stage value reaching 2**63 or a clamp outside int8 (``integer_stage_constants``)."""
+    if _native is None or not INT8_MIN <= int(input_zero_point) <= INT8_MAX:
+        return None
+    if (by_channel.shape[1] > NATIVE_MAX_TERMS or by_channel.min(initial=0) < INT8_MIN
+            or by_channel.max(initial=0) > INT8_MAX):
+        return None
+    low, high = accumulator_range(by_channel, INT8_MIN - int(input_zero_point), INT8_MAX - int(input_zero_point))
+    return integer_stage_constants(bias, multipliers, shifts, low, high, by_channel.shape[0], act_min, act_max)
 
 
 def conv2d(x: np.ndarray, params: ConvParams) -> np.ndarray:
-    """NHWC int8 -> NHWC int8; im2col (every window copied, as one strided copy) and one matmul."""
+    """NHWC int8 -> NHWC int8: the C kernel where it is built, else im2col (every window copied, as one strided
+    copy) and one matmul."""
     window = params.window
+    batch, (out_h, out_w) = x.shape[BATCH], window.output_size
+    if params.native is not None:
+        out = np.empty((batch, out_h, out_w, params.weights.shape[1]), np.int8)
+        params.native.run(np.ascontiguousarray(x), out)
+        return out
     weights = params.weights
     padded = _padded_values(x, window, params.input_zero_point, weights.dtype, params.scratch)
-    batch, (out_h, out_w) = x.shape[BATCH], window.output_size
     positions = batch * out_h * out_w
     if window.filter_size == (1, 1) and window.stride == (1, 1) and padded.shape[1:3] == (out_h, out_w):
         columns = padded.reshape(positions, -1)  # a pointwise conv reads the input as it is
@@ -272,15 +323,30 @@ class DepthwiseParams:
     act_min: int
     act_max: int
     # Derived when constructed: the weights as exact floats (one row of out_w * C_out per tap, to match
-    # ``Window.tap_rows``), and the output stage with the folded bias.
+    # ``Window.tap_rows``), the output stage with the folded bias, and the layer in C where the extension is
+    # built and the layer fits its integers (``_centered_stage``).
     taps: np.ndarray = field(init=False, repr=False, compare=False)  # float[kh, kw, C_out]
     row_taps: np.ndarray = field(init=False, repr=False, compare=False)  # float[kh * kw, out_w * C_out]
     output: OutputStage = field(init=False, repr=False, compare=False)
     scratch: Scratch = field(init=False, repr=False, compare=False)
+    native: object | None = field(init=False, repr=False, compare=False)  # _native.DepthwiseConvolution
 
     def __post_init__(self):
         filter_h, filter_w, out_channels = self.weights.shape
         by_channel = self.weights.reshape(filter_h * filter_w, out_channels).T.astype(np.int64)
+        stage = _centered_stage(by_channel, np.asarray(self.bias, np.int64), self.input_zero_point, self.multipliers,
+                                self.shifts, self.act_min, self.act_max)
+        layer = None
+        if stage is not None and out_channels == self.depth_multiplier:  # one input channel: a convolution
+            layer = _native.Convolution(np.ascontiguousarray(self.weights.transpose(2, 0, 1)[..., None], np.int8), 1,
+                                        self.window.native_form(), int(self.input_zero_point), *stage,
+                                        int(self.output_zero_point), int(self.act_min), int(self.act_max))
+        elif stage is not None:
+            layer = _native.DepthwiseConvolution(
+                np.ascontiguousarray(self.weights, dtype=np.int8), int(self.depth_multiplier),
+                self.window.native_form(), int(self.input_zero_point), *stage, int(self.output_zero_point),
+                int(self.act_min), int(self.act_max))
+        object.__setattr__(self, "native", layer)
         low, high = accumulator_range(by_channel, *_input_range(self.input_zero_point))
         folded = np.asarray(self.bias, np.int64) - int(self.input_zero_point) * by_channel.sum(axis=1)
         taps = self.weights.astype(_sum_dtype(low, high))
@@ -300,6 +366,10 @@ def depthwise_conv2d(x: np.ndarray, params: DepthwiseParams) -> np.ndarray:
     windows (few numpy calls); many: one multiply-add per tap over every output position (rows of
     out_w * C values, see ``Window.tap_rows``), in place."""
     window = params.window
+    if params.native is not None:
+        out = np.empty((x.shape[BATCH], *window.output_size, params.taps.shape[-1]), np.int8)
+        params.native.run(np.ascontiguousarray(x), out)
+        return out
     padded = _padded_values(x, window, params.input_zero_point, params.taps.dtype, params.scratch)
     if params.depth_multiplier > 1:
         padded = np.repeat(padded, params.depth_multiplier, axis=CHANNELS)

@@ -21,9 +21,9 @@ from imxrt.kernels.conv import _exact_float, _input_range, _sum_dtype, accumulat
 from imxrt.kernels.requantize import (
     FloatOutputStage,
     OutputStage,
+    integer_stage_constants,
     multiply_by_quantized_multiplier,
     prepare_output_stage,
-    rounding_constants,
     to_int8,
 )
 from imxrt.kernels.scratch import Scratch
@@ -34,7 +34,6 @@ except ImportError:  # installed without a C compiler: the numpy path computes t
     _native = None
 
 NATIVE_MAX_DEPTH = 131071  # _native.c: int32 sums of int8 products (each at most 2**14) stay below 2**31
-INT64_LIMIT = 1 << 63
 
 
 @dataclass(frozen=True)
@@ -75,26 +74,16 @@ def native_layer(weights: np.ndarray, bias: np.ndarray, multipliers, shifts, acc
                  output_zero_point: int, act_min: int, act_max: int):
     """The layer as ``_native.FullyConnected`` (int8 ``weights`` [out, in], ``bias`` with the input zero point
     folded), or None when the extension is not built or the layer is outside what its integers hold: depth
-    past ``NATIVE_MAX_DEPTH``, or a value of the output stage, (acc + bias) M' + K for acc in
-    [acc_min, acc_max], reaching 2**63."""
+    past ``NATIVE_MAX_DEPTH``, a value of the output stage, (acc + bias) M' + K for acc in [acc_min, acc_max],
+    reaching 2**63, or a clamp outside int8 (``integer_stage_constants``)."""
     depth = weights.shape[1]
     if _native is None or not 1 <= depth <= NATIVE_MAX_DEPTH:
         return None
-    channels = weights.shape[0]
-    multiplier, offset, tie_threshold, tie_step, total_shift = (
-        np.ascontiguousarray(np.broadcast_to(v, (channels,)), dtype=np.int64)
-        for v in rounding_constants(multipliers, shifts))
-    lows = np.broadcast_to(np.asarray(acc_min, dtype=np.int64), (channels,))
-    highs = np.broadcast_to(np.asarray(acc_max, dtype=np.int64), (channels,))
-    for channel in range(channels):
-        reach = max(abs(int(lows[channel]) + int(bias[channel])), abs(int(highs[channel]) + int(bias[channel])))
-        if reach * int(multiplier[channel]) + int(offset[channel]) + int(tie_step[channel]) >= INT64_LIMIT:
-            return None
-        if not 0 <= int(total_shift[channel]) <= 62:
-            return None
-    return _native.FullyConnected(np.ascontiguousarray(weights, dtype=np.int8), depth,
-                                  np.ascontiguousarray(bias, dtype=np.int64), multiplier, offset, tie_threshold,
-                                  tie_step, total_shift, int(output_zero_point), int(act_min), int(act_max))
+    stage = integer_stage_constants(bias, multipliers, shifts, acc_min, acc_max, weights.shape[0], act_min, act_max)
+    if stage is None:
+        return None
+    return _native.FullyConnected(np.ascontiguousarray(weights, dtype=np.int8), depth, *stage,
+                                  int(output_zero_point), int(act_min), int(act_max))
 
 
 def fully_connected(x: np.ndarray, params: FullyConnectedParams) -> np.ndarray:

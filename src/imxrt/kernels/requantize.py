@@ -308,3 +308,30 @@ def _float_exact(bias, multiplier, offset, total_shift, acc_min, acc_max, level_
             return None
         foldable = foldable and abs(base) + largest_product + (1 << 31) < FLOAT_EXACT
     return foldable
+
+
+INT64_LIMIT = 1 << 63
+
+
+def integer_stage_constants(bias, multipliers, shifts, acc_min, acc_max, channels: int, act_min: int, act_max: int
+                            ) -> tuple[np.ndarray, ...] | None:
+    """The int64 constants (bias, M', K, tie_threshold, tie_step, S) of the integer output stage a C kernel runs
+    (``_native.c``: v = (acc + bias) M' + K, less the tie step, shifted right by S, clamped to [act_min, act_max])
+    for ``channels`` channels, each contiguous; None when a value it computes for an accumulator in
+    [acc_min, acc_max] (per channel) could reach 2**63, a shift is outside what a 64-bit shift takes, or the clamp
+    is not a range of int8 (numpy wraps a value past int8 where the C kernels' vector loops saturate it)."""
+    if not INT8_MIN <= int(act_min) <= int(act_max) <= INT8_MAX:
+        return None
+    bias = np.ascontiguousarray(np.broadcast_to(np.asarray(bias, dtype=np.int64), (channels,)))
+    multiplier, offset, tie_threshold, tie_step, total_shift = (
+        np.ascontiguousarray(np.broadcast_to(v, (channels,)), dtype=np.int64)
+        for v in rounding_constants(multipliers, shifts))
+    lows = np.broadcast_to(np.asarray(acc_min, dtype=np.int64), (channels,))
+    highs = np.broadcast_to(np.asarray(acc_max, dtype=np.int64), (channels,))
+    for channel in range(channels):
+        reach = max(abs(int(lows[channel]) + int(bias[channel])), abs(int(highs[channel]) + int(bias[channel])))
+        if reach * int(multiplier[channel]) + int(offset[channel]) + int(tie_step[channel]) >= INT64_LIMIT:
+            return None
+        if not 0 <= int(total_shift[channel]) <= 62:
+            return None
+    return bias, multiplier, offset, tie_threshold, tie_step, total_shift

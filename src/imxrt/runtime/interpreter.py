@@ -17,7 +17,7 @@ import torch
 from executorch.exir import schema
 
 from imxrt.errors import BadFile, BadInput, ImxrtError
-from imxrt.runtime import ops, plan_check
+from imxrt.runtime import ops, plan_check, threads
 from imxrt.runtime.memory import Arena, constant_tensor, unplanned_tensor
 from imxrt.runtime.neutron import DELEGATE_ID, NeutronDelegate
 from imxrt.runtime.program import ProgramFile, allocation_offset, tensor_nbytes
@@ -84,6 +84,7 @@ class Interpreter:
         self.steps = [self._step(index, instruction) for index, instruction in enumerate(self.instructions)]
         self.feeds = [self._feed(index) for index in plan.inputs]
         self.results = [self._result(index) for index in plan.outputs]
+        self.one_thread = threads.one_thread()
 
     # -- loading
 
@@ -272,7 +273,15 @@ class Interpreter:
     # -- running
 
     def run(self, inputs: Sequence[np.ndarray | torch.Tensor]) -> list[np.ndarray]:
-        """Execute the program once; ``inputs`` in the program's order, outputs as numpy arrays."""
+        """Execute the program once; ``inputs`` in the program's order, outputs as numpy arrays. BLAS and torch
+        run on one thread meanwhile, whatever the kernels call (``threads``)."""
+        torch_threads = self.one_thread.enter()
+        try:
+            return self._run(inputs)
+        finally:
+            self.one_thread.leave(torch_threads)
+
+    def _run(self, inputs: Sequence[np.ndarray | torch.Tensor]) -> list[np.ndarray]:
         if self.check_plan:
             for memory_id, size in enumerate(self.arena.sizes):
                 self.arena.poison(memory_id, 0, size)  # uninitialised reads see garbage too

@@ -76,12 +76,15 @@ def test_deterministic(example):
 
 
 def test_batch_norm_is_not_the_identity(example):
-    """BN folding must have work to do: running statistics moved away from (mean 0, var 1)."""
+    """BN folding must have work to do: running statistics moved away from (mean 0, var 1). A mean may be
+    exactly 0 where its values are zero-mean by construction (a bias-free layer reading a batch norm's
+    normalized output: ``_seeded.refresh_batch_norm`` clears the rounding noise of its sum), not every mean."""
     norms = [m for m in example.net.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
     if not norms:
         pytest.skip("no BatchNorm in this model")
     for bn in norms:
-        assert bn.running_mean.abs().max() > 0 and (bn.running_var - 1).abs().max() > 0
+        assert (bn.running_var - 1).abs().max() > 0
+    assert any(bn.running_mean.abs().max() > 0 for bn in norms)
 
 
 def test_calibration_inputs_match_example_inputs(example):

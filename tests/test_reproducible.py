@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import reproducible_compiles
 import torch
 from executorch.exir.debug_handle_utils import get_greatest_ancestor_node_identifier
 
@@ -75,27 +77,60 @@ def test_etrecord_digest_is_stable_within_a_process():
     assert hashlib.sha256(etrecord_bytes(result.etrecord)).hexdigest() == digest
 
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mobilenet_v2.py"
+COMPILES = Path(__file__).resolve().parent / "reproducible_compiles.py"
 
 
-def _compile_in(folder: Path, **env: str) -> dict[str, bytes]:
-    """`imxrt compile` of the bundled example run from ``folder`` (a relative -o) with extra environment;
-    every file it wrote, by relative path."""
-    folder.mkdir()
-    subprocess.run([sys.executable, "-m", "imxrt.cli", "compile", str(EXAMPLE), "--target", "imxrt700", "-o", "out",
-                    "--quiet"], cwd=folder, env={**os.environ, **env}, check=True, capture_output=True)
-    out = folder / "out"
-    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+def _settings() -> dict[str, dict[str, str]]:
+    """The settings compared, by name: the machine's best SIMD level on two threads (the reference), the
+    scalar kernels, one thread. Thread counts are explicit, so a one-core machine still compares 1 with 2."""
+    best = "best level" if "ATEN_CPU_CAPABILITY" in os.environ else torch.backends.cpu.get_cpu_capability().lower()
+    return {f"{best}, 2 threads": {"OMP_NUM_THREADS": "2"},
+            "default, 2 threads": {"OMP_NUM_THREADS": "2", "ATEN_CPU_CAPABILITY": "default"},
+            f"{best}, 1 thread": {"OMP_NUM_THREADS": "1"}}
 
 
-def test_the_example_compiles_to_the_same_bytes_whatever_the_threads_simd_level_and_folder(tmp_path):
-    """Before: one thread or the scalar ATen kernels moved the output scale by a float step (the example's
-    weights and BatchNorm statistics, and the calibration ranges, were float32 sums whose rounding depends
-    on their order), and the ETRecord held object ids and timestamps."""
-    reference = _compile_in(tmp_path / "a")
-    assert {"model.pte", "model.etrecord", "report.json", "npu/partition_0.tflite"} <= set(reference)
-    for name, env in (("b", {"OMP_NUM_THREADS": "1"}), ("c", {"ATEN_CPU_CAPABILITY": "default"})):
-        other = _compile_in(tmp_path / name, **env)
-        assert set(other) == set(reference)
-        differing = [path for path in reference if other[path] != reference[path]]
-        assert not differing, f"{env}: {differing} differ"
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_models_compile_to_the_same_bytes_whatever_the_simd_level_threads_and_folder(tmp_path):
+    """Every file of each compile of ``reproducible_compiles.MODELS`` (four examples, the autoencoder on both
+    targets, and a sequence model) is the same under the machine's SIMD level on two threads, the scalar
+    kernels (ATEN_CPU_CAPABILITY=default) and one thread, each compiled in a process and folder of its own.
+
+    Before: under ATEN_CPU_CAPABILITY=default the autoencoder's and CifarNet's output scales moved by a float
+    step, and DS-CNN's program: their examples drew weights with torch's initializers (``uniform_(a, b)`` rounds
+    in float32 on the scalar kernels, in double on AVX2 and AVX-512) and BatchNorm statistics from float32
+    passes over ``randn`` noise, which also moved the autoencoder's on one thread. Earlier, one thread or the
+    scalar kernels moved the bundled MobileNetV2's output scale (float32 calibration), and the ETRecord held
+    object ids and timestamps."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS")}
+    runs = {}
+    for index, (name, settings) in enumerate(_settings().items()):
+        folder = tmp_path / str(index)
+        folder.mkdir()
+        with open(folder / "stderr.txt", "w") as stderr:  # a file, not a pipe: the runs go on side by side
+            process = subprocess.Popen([sys.executable, str(COMPILES)], cwd=folder, env={**environment, **settings},
+                                       stdout=subprocess.DEVNULL, stderr=stderr)
+        runs[name] = folder, process
+    for name, (folder, process) in runs.items():
+        assert process.wait() == 0, f"{name}: {(folder / 'stderr.txt').read_text()[-2000:]}"
+    (reference_name, (reference_folder, _)), *others = runs.items()
+    reference = _files(reference_folder / "out")
+    models = json.loads((reference_folder / "models.json").read_text())
+    for model, (_, targets) in reproducible_compiles.MODELS.items():
+        for target in targets:
+            assert {"model.pte", "model.etrecord", "report.json"} <= {
+                path.split("/", 2)[2] for path in reference if path.startswith(f"{model}/{target}/")}
+    assert any(path.endswith(".tflite") for path in reference)
+    problems = []
+    for name, (folder, _) in others:
+        other_models = json.loads((folder / "models.json").read_text())
+        if other_models != models:  # not the compiler's doing: the model was built differently
+            problems.append(f"{name}: the models themselves differ from {reference_name}'s: "
+                            f"{[model for model in models if other_models[model] != models[model]]}")
+        other = _files(folder / "out")
+        differing = sorted(path for path in set(reference) | set(other) if other.get(path) != reference.get(path))
+        if differing:
+            problems.append(f"{name}: {differing} differ from {reference_name}'s")
+    assert not problems, "\n".join(problems)

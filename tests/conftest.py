@@ -1,8 +1,36 @@
-"""Shared test setup: quiet third-party import noise (edge-graph builders live in edge_graphs.py)."""
+"""Shared test setup: quiet third-party import noise (edge-graph builders live in edge_graphs.py).
+
+``IMXRT_FINGERPRINTS=PATH python -m pytest`` appends one line per program a test compiles to ``PATH``: the
+test's id and the SHA-256 of the ``.pte`` and its partitions. Two runs compared (``sort -u``) show whether a
+refactor changed any compiled byte.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 
 for _name in ("torchao", "torch.utils._pytree"):
     logging.getLogger(_name).setLevel(logging.ERROR)
+
+
+def _record_fingerprints(path: str) -> None:
+    from imxrt.pipeline import CompileResult
+
+    original = CompileResult.__init__
+
+    def init(self, *args, **kwargs) -> None:
+        original(self, *args, **kwargs)
+        digest = hashlib.sha256(self.pte)
+        for tflite in self.partitions:
+            digest.update(hashlib.sha256(tflite).digest())
+        test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" (", 1)[0]
+        with open(path, "a") as out:
+            out.write(f"{digest.hexdigest()} {test}\n")
+
+    CompileResult.__init__ = init
+
+
+if os.environ.get("IMXRT_FINGERPRINTS"):
+    _record_fingerprints(os.environ["IMXRT_FINGERPRINTS"])

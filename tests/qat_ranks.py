@@ -8,11 +8,16 @@ folder, as a user would.
     torchrun --standalone --nproc_per_node 2 tests/qat_ranks.py OUTPUT_FOLDER
 
 A rank that fails makes torchrun stop the other; a rank left waiting on a collective fails after
-COLLECTIVE_TIMEOUT (which covers rank 0's compile) instead of hanging.
+COLLECTIVE_TIMEOUT (which covers rank 0's compile) instead of hanging. A rank leaves with ``os._exit`` once
+its outputs are written: tearing the gloo group down (``destroy_process_group`` or the group's destructor at
+interpreter exit) joins gloo's run-loop thread while holding the GIL that thread is waiting for, a deadlock
+seen on a loaded machine after both ranks had finished their work.
 """
 
 import json
+import os
 import sys
+import traceback
 from datetime import timedelta
 from pathlib import Path
 
@@ -53,23 +58,28 @@ def statistics(prepared: nn.Module) -> dict[str, list[float]]:
 def main(output: Path) -> None:
     dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
     rank = dist.get_rank()
-    try:
-        prepared = imxrt.prepare_qat(model(), (torch.zeros(SHAPE),), target="imxrt700")
-        trained = DistributedDataParallel(prepared)
-        optimizer = torch.optim.SGD(trained.parameters(), lr=1e-3)
-        data = shard(rank, STEPS * BATCH)
-        for batch in data.split(BATCH):
-            optimizer.zero_grad()
-            trained(batch).square().mean().backward()
-            optimizer.step()
-        (output / f"rank{rank}.json").write_text(json.dumps(statistics(prepared)))
-        if rank == 0:
-            result = imxrt.compile_qat(trained, (torch.zeros(SHAPE),), "imxrt700", CompileOptions(show_progress=False))
-            result.save(output / "program")
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    prepared = imxrt.prepare_qat(model(), (torch.zeros(SHAPE),), target="imxrt700")
+    trained = DistributedDataParallel(prepared)
+    optimizer = torch.optim.SGD(trained.parameters(), lr=1e-3)
+    data = shard(rank, STEPS * BATCH)
+    for batch in data.split(BATCH):
+        optimizer.zero_grad()
+        trained(batch).square().mean().backward()
+        optimizer.step()
+    (output / f"rank{rank}.json").write_text(json.dumps(statistics(prepared)))
+    if rank == 0:
+        result = imxrt.compile_qat(trained, (torch.zeros(SHAPE),), "imxrt700", CompileOptions(show_progress=False))
+        result.save(output / "program")
+    dist.barrier()
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    try:
+        main(Path(sys.argv[1]))
+        code = 0
+    except BaseException:  # noqa: BLE001  (printed, then the rank's exit code says it failed)
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -488,7 +488,7 @@ _LAYOUT = ("RESHAPE", "TRANSPOSE")
 _FULLY_CONNECTED_RULES = (linear_weight_rank2, fully_connected_weight_per_output_channel, fully_connected_bias_scale)
 _CLAMP_RULES = (requantize_left_shift,)
 _CLAMP_EMITS = ("RELU", "RELU6", "QUANTIZE", "MAXIMUM", "MINIMUM")
-_CLAMP_NOTE = ("RELU for (0, inf), RELU6 for (0, 6); else a requantize to the output's qparams, then MAXIMUM / "
+_CLAMP_NOTE = ("RELU for (0, inf); else a requantize to the output's qparams, then RELU6 for (0, 6), or MAXIMUM / "
                "MINIMUM with int8 bounds (TFLM has no RELU_N1_TO_1 or RELU_0_TO_1 kernel)")
 
 SUPPORTED: dict[object, NeutronOp] = {

@@ -21,7 +21,7 @@ from torch import nn
 
 from imxrt.kernels.limits import REQUANTIZE_MAX_MULTIPLIER
 from imxrt.npu import support
-from imxrt.passes.qdq import find_clusters, is_quantize
+from imxrt.passes.qdq import DEQUANTIZE_PER_CHANNEL, find_clusters, is_quantize
 from imxrt.pipeline import CompileOptions, compile
 from imxrt.targets import get_target
 
@@ -170,6 +170,25 @@ def test_conv_weight_per_output_channel(programs, name, refused_axis):
     _set_arg(dequantize, 3, refused_axis)
     _refused_by(program, "aten.convolution.default", support.conv_weight_per_output_channel)
     _set_arg(dequantize, 3, axis)
+
+
+@pytest.mark.parametrize("axis, accepted", [(0, True), (1, False), (-1, False)])
+def test_fully_connected_weight_per_output_channel(programs, axis, accepted):
+    """The quantizer gives a linear layer a per-tensor weight; a per-channel one along its input features is
+    refused whatever its scales (the table cannot read them)."""
+    program = programs("linear")
+    (linear,) = nodes_named(program, "aten.linear.default")
+    dequantize = linear.args[1]
+    target, args = dequantize.target, dequantize.args
+    dequantize.target = DEQUANTIZE_PER_CHANNEL
+    dequantize.args = (args[0], args[1], args[2], axis, *args[3:])
+    try:
+        if accepted:
+            _accepted(program, "aten.linear.default")
+        else:
+            _refused_by(program, "aten.linear.default", support.fully_connected_weight_per_output_channel)
+    finally:
+        dequantize.target, dequantize.args = target, args
 
 
 def test_conv_is_2d_counts_strides(programs):

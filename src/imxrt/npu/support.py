@@ -3,6 +3,13 @@
 Each constraint is a named function whose docstring is the rule a user reads (filled from the target's
 limits); it returns ``(ok, what was found)``. ``check(cluster, npu)`` gives the first failed rule as the
 reason a node stays on the CPU. The same text feeds the report and ``docs/supported_ops.md``.
+
+Every limit of the NPU path is a rule here: Neutron's, what the LiteRT lowering can express (functions on
+plain numbers in ``npu.litert.expressible``, which the converters assert) and what TFLM's prepare needs
+(``kernels.limits``, through ``npu.litert.tflm_limits``). A TFLM rule whose numbers only the lowering sees
+(a folded constant operand) passes here and is checked again where the lowering writes the operator, under
+the rule's name. Each row lists the LiteRT builtins its converter may write (``emits``); a static test
+checks every other table has them (``tests/test_op_tables.py``).
 """
 
 from __future__ import annotations

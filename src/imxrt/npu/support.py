@@ -394,8 +394,9 @@ def adaptive_pool_divisible(cluster: Cluster, npu: NeutronConfig) -> tuple[bool,
 
 
 def max_pool_options(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
-    """Max pooling: dilation 1, indices unused; stride <= 4096, any kernel (padding and ceil_mode are a -128
-    PAD in front, so the pool itself never pads)."""
+    """Max pooling: dilation 1, indices unused; stride <= 4096, any kernel (padding TFLite's SAME does not
+    match, ceil_mode, and any padding at a stride above 32, where Neutron's pool cannot pad itself, are a -128
+    PAD in front)."""
     node = cluster.anchor
     _, stride = _pool_window(node)
     dilation = _ints(_arg(node, 4, "dilation", 1), 2, 1)

@@ -475,7 +475,10 @@ def reflection_pad_smaller_than_dim(cluster: Cluster, npu: NeutronConfig) -> tup
 @dataclass(frozen=True)
 class NeutronOp:
     """One row of the capability table: the LiteRT builtins its converter writes (``BuiltinOperator`` names,
-    helpers included: a PAD in front, a requantize after) and the rules a node must meet."""
+    helpers included: a PAD in front, a requantize after) and the rules a node must meet.
+
+    Not listed: the QUANTIZE the lowering adds where two qparams a rule takes as shared differ in their last
+    bits (``QParams.same_as``); its multiplier is 1, which no TFLM limit refuses."""
 
     emits: tuple[str, ...]
     constraints: tuple[Constraint, ...] = ()

@@ -466,10 +466,13 @@ def lower(
 
 def _delegate_to_npu(edge: EdgeProgramManager, edge_program: Callable[[], EdgeProgramManager], target: Target,
                      options: CompileOptions, placement_log: PlacementLog) -> EdgeProgramManager:
-    """``to_backend`` with the NPU partitioner. A node the capability table accepts but the LiteRT lowering
-    refuses (a reduction with a dtype, an operand that is no int8 tensor) stays on the CPU with the lowering's
-    reason, and partitioning runs again on a fresh edge program (``to_backend`` edits the one it is given):
-    a model never fails to compile because one node cannot be expressed for the NPU."""
+    """``to_backend`` with the NPU partitioner.
+
+    A safety net: every limit of the LiteRT lowering is a rule of the capability table (``npu.support``), so
+    the lowering should refuse nothing the table accepts. Should it (a table bug, or a rule only the lowering
+    can check, on a folded constant), the node stays on the CPU with the lowering's reason, a warning says so,
+    and partitioning runs again on a fresh edge program (``to_backend`` edits the one it is given): a model
+    never fails to compile because one node cannot be expressed for the NPU."""
     refused: dict[str, str] = {}
     while True:
         partitioner = NpuPartitioner(target, options.neutron_compiler, placement_log, refused)
@@ -481,7 +484,9 @@ def _delegate_to_npu(edge: EdgeProgramManager, edge_program: Callable[[], EdgePr
             names = _compute_nodes_of(edge.exported_program().graph, e.node_name)
             if not names or all(name in refused for name in names):
                 raise
-            log.info("%s; keeping %s on the CPU", e, ", ".join(names))
+            log.warning("the capability table accepted a node the LiteRT lowering refused (a table bug, unless "
+                        "only the lowering can see the rule's numbers): %s; keeping %s on the CPU", e,
+                        ", ".join(names))
             refused.update({name: e.problem for name in names})
 
 

@@ -3,6 +3,13 @@
 Each constraint is a named function whose docstring is the rule a user reads (filled from the target's
 limits); it returns ``(ok, what was found)``. ``check(cluster, npu)`` gives the first failed rule as the
 reason a node stays on the CPU. The same text feeds the report and ``docs/supported_ops.md``.
+
+Every limit of the NPU path is a rule here: Neutron's, what the LiteRT lowering can express (functions on
+plain numbers in ``npu.litert.expressible``, which the converters assert) and what TFLM's prepare needs
+(``kernels.limits``, through ``npu.litert.tflm_limits``). A TFLM rule whose numbers only the lowering sees
+(a folded constant operand) passes here and is checked again where the lowering writes the operator, under
+the rule's name. Each row lists the LiteRT builtins its converter may write (``emits``); a static test
+checks every other table has them (``tests/test_op_tables.py``).
 """
 
 from __future__ import annotations
@@ -12,13 +19,23 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 from executorch.exir.dialects._ops import ops as exir_ops
 from torch.fx import Node
 
-from imxrt.kernels import activations
-from imxrt.npu.litert import tflm_limits
+from imxrt.kernels import activations, limits
+from imxrt.npu.litert import expressible, qdq, tflm_limits
+from imxrt.npu.litert.context import clamp_range
 from imxrt.npu.litert.converters.common import ceil_mode_windows
-from imxrt.passes.qdq import Cluster, is_dequantize, is_quantize, qparams_of_dequantize, tensor_args
+from imxrt.npu.litert.converters.reduce import SOFTMAX_OUTPUT
+from imxrt.passes.qdq import (
+    Cluster,
+    QParams,
+    is_dequantize,
+    is_quantize,
+    qparams_of_dequantize,
+    tensor_args,
+)
 from imxrt.quantization.rules import NPU_RULES
 from imxrt.targets import NeutronConfig
 
@@ -90,7 +107,23 @@ def _conv_params(node: Node):
 def conv_is_2d(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
     """Convolution must be 2-D (1-D is rewritten to 2-D; 3-D has no Neutron kernel)."""
     rank = len(_shape(cluster.anchor.args[1]))
-    return rank == 4, f"{rank - 2}-D convolution"
+    strides = len(cluster.anchor.args[3])
+    ok = rank == 2 + expressible.SPATIAL_DIMS and strides == expressible.SPATIAL_DIMS
+    return ok, f"{rank - 2}-D convolution with {strides} strides"
+
+
+def conv_weight_per_output_channel(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Convolution weights must be quantized per tensor or per output channel (axis 0; a transposed
+    convolution's weight per output channel, its axis 1)."""
+    weight, transposed = cluster.anchor.args[1], bool(cluster.anchor.args[6])
+    if qdq.is_dequantize_per_channel(weight):
+        axis = int(weight.args[3]) % max(len(_shape(weight.args[0])), 1)
+    elif is_dequantize(weight):
+        axis = 0  # per tensor: the lowering repeats the one scale along axis 0
+    else:
+        return True, "no int8 weight"  # static_weights' to refuse
+    found = f"weight quantized along axis {axis}" if qdq.is_dequantize_per_channel(weight) else "per-tensor weight"
+    return expressible.conv_weight_axis_ok(axis, transposed), f"{found}{' (transposed)' if transposed else ''}"
 
 
 def conv_window_limits(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
@@ -134,6 +167,55 @@ def transpose_conv_shape(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, st
 
 # --- matrix ops -------------------------------------------------------------------------------------------
 
+_TRANSPOSE_2D = (edge.permute_copy.default, edge.t_copy.default)
+
+
+def _fully_connected_operands(node: Node) -> tuple[object, object, bool]:
+    """(input, weight behind any transpose, whether the op reads that weight transposed) of a linear / addmm /
+    mm, as the LiteRT lowering reads them."""
+    if node.target == edge.linear.default:
+        return node.args[0], node.args[1], False
+    x, weight = (node.args[1], node.args[2]) if node.target == edge.addmm.default else node.args[:2]
+    if isinstance(weight, Node) and weight.target in _TRANSPOSE_2D:
+        return x, weight.args[0], False
+    return x, weight, True
+
+
+def _mm_is_fully_connected(weight: object) -> bool:
+    """mm lowers to FULLY_CONNECTED when its constant weight is symmetric int8 (else to BATCH_MATMUL)."""
+    if is_dequantize(weight) and not qdq.is_dequantize_per_channel(weight):
+        return qparams_of_dequantize(weight).zero_point == 0
+    return qdq.is_dequantize_per_channel(weight)
+
+
+def fully_connected_weight_per_output_channel(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Fully connected weights must be quantized per tensor or per output feature (a weight quantized per
+    input feature is refused whatever its scales)."""
+    _, weight, transposed = _fully_connected_operands(cluster.anchor)
+    if not qdq.is_dequantize_per_channel(weight):
+        return True, "per-tensor weight"
+    axis = int(weight.args[3]) % max(len(_shape(weight.args[0])), 1)
+    axis = 1 - axis if transposed else axis  # the axis of the [out, in] filter
+    return expressible.fully_connected_weight_axis_ok(False, axis), f"weight quantized along filter axis {axis}"
+
+
+def fully_connected_bias_scale(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Fully connected with a per-tensor weight: the float32 bias scale s_in * s_w must be within 0.02 of an
+    output step of the exact product (TFLM's FULLY_CONNECTED prepare): an output scale about 3e5 times finer
+    than s_in * s_w, which calibration gives an output it saw as nearly constant (inputs that cancel), fails."""
+    x, weight, _ = _fully_connected_operands(cluster.anchor)
+    if cluster.anchor.target == edge.mm.default and not _mm_is_fully_connected(weight):
+        return True, "BATCH_MATMUL"
+    q_in = qparams_of_dequantize(x) if is_dequantize(x) else None
+    q_w = qparams_of_dequantize(weight) if is_dequantize(weight) else None
+    if q_in is None or q_w is None:
+        return True, "a per-channel weight or a constant input: checked when lowering"
+    bias_scale = float(np.float32(q_in.scale) * np.float32(q_w.scale))  # the lowering's bias scale
+    problem = limits.fully_connected_bias_scale_problem(q_in.scale, q_w.scale, bias_scale,
+                                                        cluster.output_qparams().scale)
+    return problem is None, problem or "bias scale within 0.02 of an output step"
+
+
 def linear_weight_rank2(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
     """Fully connected weight must be a rank-2 constant int8 tensor."""
     node = cluster.anchor
@@ -176,14 +258,65 @@ def add_sub_unit_alpha(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]
     return alpha == 1, f"alpha {alpha}"
 
 
+def _operand_scales(node: Node) -> list[float | None]:
+    """The int8 scale of each operand of a binary op as the LiteRT lowering writes it: a dequantize's, or a
+    Python scalar's (quantized symmetric, ``LoweringContext.float_constant``); None for a constant tensor
+    the lowering folds (only the lowering sees its value)."""
+    scales: list[float | None] = []
+    for arg in node.args[:2]:
+        if isinstance(arg, (int, float)) and not isinstance(arg, bool):
+            scales.append(qdq.symmetric_qparams(np.full([1], float(arg), np.float32)).scale)
+        elif is_dequantize(arg) and not qdq.is_dequantize_per_channel(arg):
+            scales.append(qparams_of_dequantize(arg).scale)
+        else:
+            scales.append(None)
+    return scales
+
+
 def add_sub_output_scale(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
-    """add / sub: the output scale must exceed the larger input scale / 2^19 (TFLM's ADD / SUB take only output
-    multipliers below 1: an output calibration saw as nearly constant, from wide inputs, fails)."""
-    ins = [cluster.input_qparams(i) for i in range(2)]
-    if any(q is None for q in ins):
-        return True, "a constant operand"  # the lowering quantizes it, and checks what it emits
-    multiplier = tflm_limits.add_sub_multiplier([q.scale for q in ins], cluster.output_qparams().scale)
+    """add / sub / neg (a SUB from 0): the output scale must exceed the larger input scale / 2^19 (TFLM's ADD /
+    SUB take only output multipliers below 1: an output calibration saw as nearly constant, from wide inputs,
+    fails)."""
+    node = cluster.anchor
+    if node.target == edge.neg.default:
+        q_in = cluster.input_qparams(0)
+        scales = [q_in.scale, q_in.scale] if q_in is not None else [None]  # SUB(0, x): 0 at x's scale
+    else:
+        scales = _operand_scales(node)
+    if None in scales:
+        return True, "a constant tensor operand: checked when lowering"
+    multiplier = tflm_limits.add_sub_multiplier(scales, cluster.output_qparams().scale)
     return multiplier < 1, f"output multiplier {multiplier:.3g}"
+
+
+def mul_output_scale(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """mul: s1 * s2 / s_out must stay below 2^15 (TFLM's MUL shifts the product of two centred int8 values left
+    by its multiplier's exponent in int32: a finer output scale wraps)."""
+    scales = _operand_scales(cluster.anchor)
+    if None in scales:
+        return True, "a constant tensor operand: checked when lowering"
+    problem = limits.requantize_left_shift_problem("MUL", scales, cluster.output_qparams().scale)
+    return problem is None, problem or "output multiplier below 2^15"
+
+
+def requantize_left_shift(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Where the op's result is requantized to the output's qparams (a QUANTIZE after a clamp, a bilinear
+    resize or a softmax, from the input's qparams or softmax's 1/256), s_in / s_out must stay below 2^23 (TFLM
+    shifts the centred value left by the multiplier's exponent in int32: a finer output scale wraps)."""
+    node = cluster.anchor
+    out = cluster.output_qparams()
+    if node.target == edge._softmax.default:
+        written = QParams(SOFTMAX_OUTPUT.scale, SOFTMAX_OUTPUT.zero_point)
+    elif clamp_range(node) == (0.0, math.inf):
+        return True, "RELU requantizes itself"
+    else:
+        written = cluster.input_qparams(0)
+        if written is None:
+            return True, "no per-tensor input"
+    if (written.scale, written.zero_point) == (out.scale, out.zero_point):
+        return True, "no requantize"
+    problem = limits.requantize_left_shift_problem("QUANTIZE", [written.scale], out.scale)
+    return problem is None, problem or f"requantize multiplier {written.scale / out.scale:.3g}"
 
 
 def hardswish_output_scale(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
@@ -203,6 +336,19 @@ def q4_input_scale(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
     if q_in is None:
         return True, "no per-tensor input"
     return activations.q4_input_radius(q_in.scale) > 0, f"input scale {q_in.scale:.3g}"
+
+
+def leaky_relu_slope_is_a_number(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """leaky_relu: the negative slope must be a number (NaN has no int8 value)."""
+    slope = float(_arg(cluster.anchor, 1, "negative_slope", 0.01))
+    return expressible.slope_is_a_number(slope), f"negative_slope {slope}"
+
+
+def prelu_constant_weight(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """prelu: the weight must be a constant."""
+    weight = cluster.anchor.args[1]
+    computed = is_dequantize(weight) and weight.args[0].op != "placeholder"
+    return not computed, f"weight computed by {weight.args[0].name}" if computed else "constant weight"
 
 
 def rsqrt_input_never_negative(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
@@ -248,8 +394,9 @@ def adaptive_pool_divisible(cluster: Cluster, npu: NeutronConfig) -> tuple[bool,
 
 
 def max_pool_options(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
-    """Max pooling: dilation 1, indices unused; stride <= 4096, any kernel (padding and ceil_mode are a -128
-    PAD in front, so the pool itself never pads)."""
+    """Max pooling: dilation 1, indices unused; stride <= 4096, any kernel (padding TFLite's SAME does not
+    match, ceil_mode, and any padding at a stride above 32, where Neutron's pool cannot pad itself, are a -128
+    PAD in front)."""
     node = cluster.anchor
     _, stride = _pool_window(node)
     dilation = _ints(_arg(node, 4, "dilation", 1), 2, 1)
@@ -259,6 +406,12 @@ def max_pool_options(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
 
 
 # --- softmax, resize, slice, pad --------------------------------------------------------------------------
+
+def reduction_without_dtype(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """mean / sum must not convert to another dtype (``dtype=``)."""
+    dtype = cluster.anchor.kwargs.get("dtype")
+    return dtype is None, f"dtype {dtype}"
+
 
 def softmax_size(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
     """Softmax: C <= 2040 values per row, at most 4096 rows and 524288 values (over a dim other than the
@@ -306,66 +459,121 @@ def pad_with_zero(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
     return value == 0.0, f"pad value {value}"
 
 
+def pad_pairs_non_negative(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Padding must be whole (before, after) pairs, at most one per dim, none negative (a negative pad crops)."""
+    flat = list(cluster.anchor.args[1])
+    rank = len(_shape(cluster.anchor.args[0]))
+    return expressible.padding_pairs_ok(flat, rank), f"padding {flat} for rank {rank}"
+
+
+def reflection_pad_smaller_than_dim(cluster: Cluster, npu: NeutronConfig) -> tuple[bool, str]:
+    """Reflection padding must be smaller than the dim it pads."""
+    shape, flat = _shape(cluster.anchor.args[0]), list(cluster.anchor.args[1])
+    return expressible.reflection_fits(shape, flat), f"padding {flat} of shape {list(shape)}"
+
+
 @dataclass(frozen=True)
 class NeutronOp:
-    """One row of the capability table: the LiteRT op(s) it becomes and the rules it must meet."""
+    """One row of the capability table: the LiteRT builtins its converter writes (``BuiltinOperator`` names,
+    helpers included: a PAD in front, a requantize after) and the rules a node must meet.
 
-    litert: str
+    Not listed: the QUANTIZE the lowering adds where two qparams a rule takes as shared differ in their last
+    bits (``QParams.same_as``); its multiplier is 1, which no TFLM limit refuses."""
+
+    emits: tuple[str, ...]
     constraints: tuple[Constraint, ...] = ()
     data_movement: bool = False  # moves bytes only: a partition of nothing but these is not worth forming
+    note: str = ""  # which builtin when, for the docs
+
+    @property
+    def litert(self) -> str:
+        """The builtins in one line, as a placement reason says them."""
+        return " / ".join(self.emits) or "no operator"
 
 
 _MOVE = (output_shares_input_qparams,)
+# A fused activation TFLite has no fused form of (any but relu and relu6) is a clamp after the op.
+_CLAMP_AFTER = ("MAXIMUM", "MINIMUM")
+# A view, or a dim moved last, in the stored (NHWC for rank 4) layout.
+_LAYOUT = ("RESHAPE", "TRANSPOSE")
+_FULLY_CONNECTED_RULES = (linear_weight_rank2, fully_connected_weight_per_output_channel, fully_connected_bias_scale)
+_CLAMP_RULES = (requantize_left_shift,)
+_CLAMP_EMITS = ("RELU", "RELU6", "QUANTIZE", "MAXIMUM", "MINIMUM")
+_CLAMP_NOTE = ("RELU for (0, inf); else a requantize to the output's qparams, then RELU6 for (0, 6), or MAXIMUM / "
+               "MINIMUM with int8 bounds (TFLM has no RELU_N1_TO_1 or RELU_0_TO_1 kernel)")
 
 SUPPORTED: dict[object, NeutronOp] = {
     edge.convolution.default: NeutronOp(
-        "CONV_2D / DEPTHWISE_CONV_2D / TRANSPOSE_CONV",
-        (conv_is_2d, static_weights, conv_window_limits, conv_mac_bound, transpose_conv_shape),
+        ("CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "PAD", "SLICE", "SPLIT_V", "CONCATENATION",
+         *_CLAMP_AFTER),
+        (conv_is_2d, static_weights, conv_window_limits, conv_mac_bound, transpose_conv_shape,
+         conv_weight_per_output_channel),
+        note="grouped: a SLICE per group (joined into one SPLIT_V), a CONV_2D each, a CONCATENATION; padding "
+             "TFLite's SAME does not match: a PAD in front; a transposed conv's output rows past its padding: "
+             "a SLICE after",
     ),
-    edge.linear.default: NeutronOp("FULLY_CONNECTED", (linear_weight_rank2,)),
-    edge.addmm.default: NeutronOp("FULLY_CONNECTED", (linear_weight_rank2, addmm_unit_scaling)),
-    edge.mm.default: NeutronOp("FULLY_CONNECTED", (linear_weight_rank2,)),
-    edge.bmm.default: NeutronOp("BATCH_MATMUL", (bmm_rank3_zero_points,)),
-    edge.add.Tensor: NeutronOp("ADD", (binary_broadcast, add_sub_unit_alpha, add_sub_output_scale)),
-    edge.sub.Tensor: NeutronOp("SUB", (binary_broadcast, add_sub_unit_alpha, add_sub_output_scale)),
-    edge.mul.Tensor: NeutronOp("MUL", (binary_broadcast,)),
-    edge.maximum.default: NeutronOp("MAXIMUM", (all_inputs_share_output_qparams,)),
-    edge.minimum.default: NeutronOp("MINIMUM", (all_inputs_share_output_qparams,)),
-    edge.cat.default: NeutronOp("CONCATENATION", (all_inputs_share_output_qparams,), data_movement=True),
-    edge.avg_pool2d.default: NeutronOp("AVERAGE_POOL_2D", (*_MOVE, avg_pool_options)),
-    edge._adaptive_avg_pool2d.default: NeutronOp("AVERAGE_POOL_2D", (*_MOVE, adaptive_pool_divisible)),
-    edge.max_pool2d_with_indices.default: NeutronOp("MAX_POOL_2D", (*_MOVE, max_pool_options)),
-    edge.max_pool2d.default: NeutronOp("MAX_POOL_2D", (*_MOVE, max_pool_options)),
-    edge.mean.dim: NeutronOp("AVERAGE_POOL_2D over H and W, else MEAN", _MOVE),
-    edge.sum.dim_IntList: NeutronOp("SUM", _MOVE),
-    edge.amax.default: NeutronOp("REDUCE_MAX", _MOVE),
-    edge.amin.default: NeutronOp("REDUCE_MIN", _MOVE),
-    edge._softmax.default: NeutronOp("SOFTMAX", (softmax_size, softmax_row_tflm_can_sum)),
-    edge.relu.default: NeutronOp("RELU"),
-    edge.hardtanh.default: NeutronOp("RELU6 / RELU_N1_TO_1 / RELU_0_TO_1 / MINIMUM+MAXIMUM"),
-    edge.clamp.default: NeutronOp("MINIMUM / MAXIMUM"),
-    edge.sigmoid.default: NeutronOp("LOGISTIC", (q4_input_scale,)),
-    edge.tanh.default: NeutronOp("TANH", (q4_input_scale,)),
-    edge.exp.default: NeutronOp("EXP"),
-    edge.log.default: NeutronOp("LOG"),
-    edge.rsqrt.default: NeutronOp("RSQRT", (rsqrt_input_never_negative,)),
-    edge.hardswish.default: NeutronOp("HARD_SWISH", (hardswish_output_scale,)),
-    edge.leaky_relu.default: NeutronOp("LEAKY_RELU"),
-    edge.abs.default: NeutronOp("ABS"),
-    edge.neg.default: NeutronOp("NEG"),
-    edge.prelu.default: NeutronOp("PRELU", (binary_broadcast,)),
-    edge.constant_pad_nd.default: NeutronOp("PAD", (*_MOVE, pad_with_zero), data_movement=True),
-    edge.reflection_pad2d.default: NeutronOp("MIRROR_PAD", _MOVE, data_movement=True),
-    edge.permute_copy.default: NeutronOp("TRANSPOSE", _MOVE, data_movement=True),
-    edge.view_copy.default: NeutronOp("RESHAPE", _MOVE, data_movement=True),
-    edge.squeeze_copy.dims: NeutronOp("RESHAPE", _MOVE, data_movement=True),
-    edge.squeeze_copy.dim: NeutronOp("RESHAPE", _MOVE, data_movement=True),
-    edge.unsqueeze_copy.default: NeutronOp("RESHAPE", _MOVE, data_movement=True),
-    edge.clone.default: NeutronOp("(none)", _MOVE, data_movement=True),
-    edge.slice_copy.Tensor: NeutronOp("SLICE", (*_MOVE, slice_unit_step), data_movement=True),
-    edge.select_copy.int: NeutronOp("SLICE + RESHAPE", _MOVE, data_movement=True),
-    edge.upsample_nearest2d.vec: NeutronOp("RESIZE_NEAREST_NEIGHBOR", (*_MOVE, resize_scale)),
-    edge.upsample_bilinear2d.vec: NeutronOp("RESIZE_BILINEAR", (resize_scale,)),
+    edge.linear.default: NeutronOp(("FULLY_CONNECTED", *_LAYOUT, *_CLAMP_AFTER), _FULLY_CONNECTED_RULES,
+                                   note="an image input: in NCHW order between TRANSPOSEs"),
+    edge.addmm.default: NeutronOp(("FULLY_CONNECTED", *_LAYOUT, *_CLAMP_AFTER),
+                                  (*_FULLY_CONNECTED_RULES, addmm_unit_scaling)),
+    edge.mm.default: NeutronOp(("FULLY_CONNECTED", "BATCH_MATMUL", *_CLAMP_AFTER), _FULLY_CONNECTED_RULES,
+                               note="BATCH_MATMUL when the weight's zero point is not 0"),
+    edge.bmm.default: NeutronOp(("BATCH_MATMUL",), (bmm_rank3_zero_points,)),
+    edge.add.Tensor: NeutronOp(("ADD", *_LAYOUT, *_CLAMP_AFTER),
+                               (binary_broadcast, add_sub_unit_alpha, add_sub_output_scale),
+                               note="an operand of lower rank: a RESHAPE to the output's"),
+    edge.sub.Tensor: NeutronOp(("SUB", *_LAYOUT, *_CLAMP_AFTER),
+                               (binary_broadcast, add_sub_unit_alpha, add_sub_output_scale)),
+    edge.mul.Tensor: NeutronOp(("MUL", *_LAYOUT), (binary_broadcast, mul_output_scale)),
+    edge.maximum.default: NeutronOp(("MAXIMUM", *_LAYOUT), (all_inputs_share_output_qparams,)),
+    edge.minimum.default: NeutronOp(("MINIMUM", *_LAYOUT), (all_inputs_share_output_qparams,)),
+    edge.cat.default: NeutronOp(("CONCATENATION",), (all_inputs_share_output_qparams,), data_movement=True,
+                                note="more than 10 inputs: a tree of them"),
+    edge.avg_pool2d.default: NeutronOp(("AVERAGE_POOL_2D", "PAD"), (*_MOVE, avg_pool_options),
+                                       note="padding TFLite's SAME does not match: a PAD in front"),
+    edge._adaptive_avg_pool2d.default: NeutronOp(("AVERAGE_POOL_2D",), (*_MOVE, adaptive_pool_divisible)),
+    edge.max_pool2d_with_indices.default: NeutronOp(
+        ("MAX_POOL_2D", "PAD", "PADV2"), (*_MOVE, max_pool_options),
+        note="ceil mode, a stride above 32, or padding TFLite's SAME does not match: a PADV2 of -128 in front"),
+    edge.max_pool2d.default: NeutronOp(("MAX_POOL_2D", "PAD", "PADV2"), (*_MOVE, max_pool_options)),
+    edge.mean.dim: NeutronOp(("AVERAGE_POOL_2D", "MEAN", *_LAYOUT), (*_MOVE, reduction_without_dtype),
+                             note="AVERAGE_POOL_2D over H and W, else MEAN"),
+    edge.sum.dim_IntList: NeutronOp(("SUM", *_LAYOUT), (*_MOVE, reduction_without_dtype)),
+    edge.amax.default: NeutronOp(("REDUCE_MAX", *_LAYOUT), _MOVE),
+    edge.amin.default: NeutronOp(("REDUCE_MIN", *_LAYOUT), _MOVE),
+    edge._softmax.default: NeutronOp(("SOFTMAX", *_LAYOUT, "QUANTIZE"),
+                                     (softmax_size, softmax_row_tflm_can_sum, requantize_left_shift),
+                                     note="over another dim than the last stored one: TRANSPOSEs around it"),
+    edge.relu.default: NeutronOp(("RELU",)),
+    edge.hardtanh.default: NeutronOp(_CLAMP_EMITS, _CLAMP_RULES, note=_CLAMP_NOTE),
+    edge.clamp.default: NeutronOp(_CLAMP_EMITS, _CLAMP_RULES, note=_CLAMP_NOTE),
+    edge.sigmoid.default: NeutronOp(("LOGISTIC",), (q4_input_scale,)),
+    edge.tanh.default: NeutronOp(("TANH",), (q4_input_scale,)),
+    edge.exp.default: NeutronOp(("EXP",)),
+    edge.log.default: NeutronOp(("LOG",)),
+    edge.rsqrt.default: NeutronOp(("RSQRT",), (rsqrt_input_never_negative,)),
+    edge.hardswish.default: NeutronOp(("HARD_SWISH",), (hardswish_output_scale,)),
+    edge.leaky_relu.default: NeutronOp(("LEAKY_RELU",), (leaky_relu_slope_is_a_number,)),
+    edge.abs.default: NeutronOp(("ABS",)),
+    edge.neg.default: NeutronOp(("SUB",), (add_sub_output_scale,), note="SUB(0, x)"),
+    edge.prelu.default: NeutronOp(("PRELU",), (binary_broadcast, prelu_constant_weight)),
+    edge.constant_pad_nd.default: NeutronOp(("PAD",), (*_MOVE, pad_with_zero, pad_pairs_non_negative),
+                                            data_movement=True),
+    edge.reflection_pad2d.default: NeutronOp(
+        ("MIRROR_PAD",), (*_MOVE, pad_pairs_non_negative, reflection_pad_smaller_than_dim), data_movement=True),
+    edge.permute_copy.default: NeutronOp(("TRANSPOSE", "RESHAPE"), _MOVE, data_movement=True,
+                                         note="nothing where the stored order does not change"),
+    edge.view_copy.default: NeutronOp(_LAYOUT, _MOVE, data_movement=True),
+    edge.squeeze_copy.dims: NeutronOp(_LAYOUT, _MOVE, data_movement=True),
+    edge.squeeze_copy.dim: NeutronOp(_LAYOUT, _MOVE, data_movement=True),
+    edge.unsqueeze_copy.default: NeutronOp(_LAYOUT, _MOVE, data_movement=True),
+    edge.clone.default: NeutronOp((), _MOVE, data_movement=True, note="no operator: the same bytes"),
+    edge.slice_copy.Tensor: NeutronOp(("SLICE", "SPLIT_V"), (*_MOVE, slice_unit_step), data_movement=True,
+                                      note="the SLICEs of one tensor join into one SPLIT_V"),
+    edge.select_copy.int: NeutronOp(("SLICE", "SPLIT_V", *_LAYOUT), _MOVE, data_movement=True,
+                                    note="a SLICE, then a view that drops the dim"),
+    edge.upsample_nearest2d.vec: NeutronOp(("RESIZE_NEAREST_NEIGHBOR",), (*_MOVE, resize_scale)),
+    edge.upsample_bilinear2d.vec: NeutronOp(("RESIZE_BILINEAR", "QUANTIZE"), (resize_scale, requantize_left_shift)),
 }
 
 
@@ -405,29 +613,36 @@ def check(node: Node, cluster: Cluster | None, npu: NeutronConfig) -> tuple[bool
     for constraint in row.constraints:
         ok, found = constraint(cluster, npu)
         if not ok:
-            rule = " ".join(line.strip() for line in constraint.__doc__.strip().splitlines())
-            return False, f"{rule} (found: {found})"
+            return False, f"{rule_text(constraint)} (found: {found})"
     if cluster.activation is not None:
         return True, f"{row.litert} with fused {op_name(cluster.activation)}"
     return True, row.litert
 
 
+def rule_text(constraint: Constraint) -> str:
+    """A constraint's docstring on one line: the rule as the user reads it."""
+    return " ".join(line.strip() for line in constraint.__doc__.strip().splitlines())
+
+
 def supported_ops_markdown() -> str:
-    """``docs/supported_ops.md``: the capability table in words, generated from the rules themselves."""
+    """``docs/supported_ops.md``: the capability table in words, generated from the rows themselves."""
     lines = [
         "# Operators the eIQ Neutron NPU runs",
         "",
         "Generated from `imxrt.npu.support` (`python -m imxrt.npu.support > docs/supported_ops.md`); a test",
         "checks this file is current. Every op must also sit in an int8 QDQ cluster. Limits are those of the",
-        "imxrt700 target's Neutron N3-64 (`num_macs` = 8).",
+        "imxrt700 target's Neutron N3-64 (`num_macs` = 8). The LiteRT builtins are all those the lowering may",
+        "write for the op, helpers included.",
         "",
-        "| edge op | LiteRT op | rules |",
+        "| edge op | LiteRT builtins | rules |",
         "|---|---|---|",
     ]
     for op, row in SUPPORTED.items():
-        rules = " ".join(" ".join(line.strip() for line in c.__doc__.strip().splitlines())
-                         for c in row.constraints) or "int8"
-        lines.append(f"| `{getattr(op, '__name__', op)}` | {row.litert} | {rules} |")
+        rules = " ".join(rule_text(c) for c in row.constraints) or "int8"
+        builtins = ", ".join(row.emits) or "none"
+        if row.note:
+            builtins += f" ({row.note})"
+        lines.append(f"| `{getattr(op, '__name__', op)}` | {builtins} | {rules} |")
     return "\n".join(lines) + "\n"
 
 

@@ -55,10 +55,13 @@ VECTOR_PASSES: dict[int, int] = {
     _OP.MEAN: 1, _OP.SUM: 1, _OP.REDUCE_MAX: 1, _OP.REDUCE_MIN: 1, _OP.QUANTIZE: 1,
     _OP.SOFTMAX: 3,
 }
+_MATRIX = frozenset({_OP.CONV_2D, _OP.TRANSPOSE_CONV, _OP.DEPTHWISE_CONV_2D, _OP.FULLY_CONNECTED, _OP.BATCH_MATMUL})
 _POOLS = frozenset({_OP.MAX_POOL_2D, _OP.AVERAGE_POOL_2D})
 _FREE = frozenset({_OP.RESHAPE})  # contiguous NHWC in and out: the converter folds it into tensor metadata
 _BUS_ONLY = frozenset({_OP.PAD, _OP.PADV2, _OP.MIRROR_PAD, _OP.SLICE, _OP.STRIDED_SLICE, _OP.SPLIT, _OP.SPLIT_V,
                        _OP.CONCATENATION, _OP.RESIZE_NEAREST_NEIGHBOR, _OP.RESIZE_BILINEAR})
+# Every builtin the model has a rule for: anything else in a partition is a KeyError (``kernel_cost``).
+COSTED_OPS = _MATRIX | {_OP.TRANSPOSE} | VECTOR_PASSES.keys() | _FREE | _BUS_ONLY
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,8 @@ def _pixels(shape: tuple[int, ...]) -> int:
 
 def _matrix(op: LiteRTOp, npu: NeutronConfig) -> tuple[int, int] | None:
     """(MACs, array cycles) of a matrix op, or None for other ops."""
+    if op.code not in _MATRIX:
+        return None
     pipes, lanes = npu.num_pipes, npu.num_macs
     out = op.outputs[0].shape
     if op.code == _OP.CONV_2D:

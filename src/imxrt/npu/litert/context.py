@@ -121,13 +121,14 @@ class LoweringContext:
     ) -> Operator:
         """Create a LiteRT operator standing for the edge nodes ``sources`` (its provenance), plus
         ``debug_handles`` of operators it replaces. An operator TFLM could abort on (``tflm_limits``) is
-        refused here, naming its first source node."""
+        refused here, naming its first source node and the capability table's rule: the table refuses what
+        it sees of that rule on the edge graph, this what only the lowering sees (a folded constant)."""
         assert hasattr(schema.BuiltinOperator, builtin), builtin
         sources = tuple(sources)
         problem = tflm_limits.problem(builtin, inputs, outputs)
         if problem is not None:
             assert sources, f"{builtin} without a source node: {problem}"
-            raise UnsupportedForLiteRT(sources[0], problem)
+            raise UnsupportedForLiteRT(sources[0], f"{problem} (rule {tflm_limits.CHECKS[builtin].rule})")
         handles: set[int] = set(debug_handles)
         for node in sources:
             handle = node.meta.get("debug_handle")

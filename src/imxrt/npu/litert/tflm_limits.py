@@ -1,15 +1,18 @@
 """What TFLM's int8 kernels require of an operator so that they never abort.
 
 TFLM checks these with ``TFLITE_CHECK``, which aborts the process (on the host and on a board running
-TFLM), and our partitions must mean what TFLM computes. The lowering refuses an operator that can fail one
-(``LoweringContext.emit``), so its node stays on the CPU, and every ``.tflite`` we write prepares and runs
-on any input. One row per builtin that can fail on valid qparams, shapes or data; the limits themselves are
-functions on plain numbers (``imxrt.kernels.limits``), which the host runtime checks as well.
+TFLM), and our partitions must mean what TFLM computes. Each limit is a rule of the capability table
+(``imxrt.npu.support``), which refuses a node that breaks it wherever the edge graph shows the numbers; the
+lowering checks every operator it writes again (``LoweringContext.emit``), for what only it sees (a folded
+constant's scale), so every ``.tflite`` we write prepares and runs on any input. One row per builtin that
+can fail on valid qparams, shapes or data; the limits themselves are functions on plain numbers
+(``imxrt.kernels.limits``), which the host runtime checks as well.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,7 +27,7 @@ from imxrt.kernels.limits import (  # the compiler's names for the shared limits
 from imxrt.npu.litert.ir import PerTensor, Tensor
 
 __all__ = ["BIAS_SCALE_TOLERANCE", "CHECKS", "MAX_CONCATENATION_INPUTS", "REQUANTIZE_MAX_MULTIPLIER",
-           "SOFTMAX_MAX_ROW", "add_sub_multiplier", "problem"]
+           "SOFTMAX_MAX_ROW", "TflmCheck", "add_sub_multiplier", "problem"]
 
 
 def _scale(tensor: Tensor | None) -> float | None:
@@ -80,20 +83,31 @@ def q4_input_scale(builtin: str, inputs: Sequence[Tensor | None], outputs: Seque
     return None if s_in is None else limits.q4_input_scale_problem(builtin, s_in)
 
 
-CHECKS: dict[str, Callable[[str, Sequence[Tensor | None], Sequence[Tensor]], str | None]] = {
-    "ADD": add_sub_output_multiplier,
-    "SUB": add_sub_output_multiplier,
-    "SOFTMAX": softmax_row,
-    "HARD_SWISH": hard_swish_output_multiplier,
-    "QUANTIZE": requantize_left_shift,
-    "MUL": requantize_left_shift,
-    "LOGISTIC": q4_input_scale,
-    "TANH": q4_input_scale,
-    "FULLY_CONNECTED": fully_connected_bias_scale,
+@dataclass(frozen=True)
+class TflmCheck:
+    """The limit of one builtin: the capability table's rule that states it to the user (a constraint of
+    ``imxrt.npu.support``, named here because the table imports this module; it lists the rule in the row of
+    every op that emits the builtin, and refuses what it can see on the edge graph), and its check on the
+    LiteRT tensors the lowering writes (folded constants, the builtin chosen)."""
+
+    rule: str
+    check: Callable[[str, Sequence[Tensor | None], Sequence[Tensor]], str | None]
+
+
+CHECKS: dict[str, TflmCheck] = {
+    "ADD": TflmCheck("add_sub_output_scale", add_sub_output_multiplier),
+    "SUB": TflmCheck("add_sub_output_scale", add_sub_output_multiplier),
+    "SOFTMAX": TflmCheck("softmax_row_tflm_can_sum", softmax_row),
+    "HARD_SWISH": TflmCheck("hardswish_output_scale", hard_swish_output_multiplier),
+    "QUANTIZE": TflmCheck("requantize_left_shift", requantize_left_shift),
+    "MUL": TflmCheck("mul_output_scale", requantize_left_shift),
+    "LOGISTIC": TflmCheck("q4_input_scale", q4_input_scale),
+    "TANH": TflmCheck("q4_input_scale", q4_input_scale),
+    "FULLY_CONNECTED": TflmCheck("fully_connected_bias_scale", fully_connected_bias_scale),
 }
 
 
 def problem(builtin: str, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor]) -> str | None:
     """Why TFLM could abort on this operator, or None."""
-    check = CHECKS.get(builtin)
-    return check(builtin, inputs, outputs) if check else None
+    entry = CHECKS.get(builtin)
+    return entry.check(builtin, inputs, outputs) if entry else None

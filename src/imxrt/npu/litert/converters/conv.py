@@ -10,10 +10,10 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 from torch.fx import Node
 
+from imxrt.npu.litert import expressible
 from imxrt.npu.litert.context import LoweringContext, Output, edge_shape
 from imxrt.npu.litert.converters.common import Padding, options, window_padding
 from imxrt.npu.litert.converters.pad import pad_tensor
-from imxrt.npu.litert.errors import UnsupportedForLiteRT
 from imxrt.npu.litert.ir import PerChannel, PerTensor, Tensor
 
 CONV_INPUT, CONV_WEIGHT, CONV_BIAS = 0, 1, 2
@@ -35,8 +35,7 @@ class ConvArgs:
     @staticmethod
     def of(node: Node) -> ConvArgs:
         stride, padding, dilation, transposed, output_padding, groups = node.args[3:9]
-        if len(stride) != 2:
-            raise UnsupportedForLiteRT(node, f"{len(stride)}-d convolution; LiteRT lowers 2-d only")
+        assert len(stride) == expressible.SPATIAL_DIMS, "support.conv_is_2d admits 2-D convolutions only"
         pair = lambda v: (int(v[0]), int(v[1]))  # noqa: E731
         return ConvArgs(pair(stride), pair(padding), pair(dilation), bool(transposed), pair(output_padding),
                         int(groups))
@@ -50,8 +49,7 @@ def convert_convolution(ctx: LoweringContext, node: Node) -> None:
     x = ctx.tensor(node.args[CONV_INPUT], node)
     out = ctx.output(node, fusable=True)
     weight, scales, axis = ctx.weight(node.args[CONV_WEIGHT], node)
-    if axis != 0:
-        raise UnsupportedForLiteRT(node, f"conv weight quantized along axis {axis}, expected 0 (C_out)")
+    assert expressible.conv_weight_axis_ok(axis, transposed=False), "support.conv_weight_per_output_channel"
     in_channels = edge_shape(node.args[CONV_INPUT])[1]
     out_channels, _, kernel_h, kernel_w = weight.shape
     x, padding = _padded_input(ctx, node, x, args, (kernel_h, kernel_w), out.sources)
@@ -164,13 +162,11 @@ def _transpose_conv(ctx: LoweringContext, node: Node, args: ConvArgs) -> None:
     """PyTorch weight (C_in, C_out, kh, kw) -> TFLite [C_out, kh, kw, C_in], per-channel along C_out.
     TFLite output row o = i * stride - pad + k, PyTorch o = i * stride - padding + k: we need TFLite's
     derived pad to equal PyTorch's padding; else a VALID full-size result is SLICEd."""
-    if args.groups != 1 or args.dilation != (1, 1):
-        raise UnsupportedForLiteRT(node, "transposed convolution with groups or dilation")
+    assert args.groups == 1 and args.dilation == (1, 1), "support.transpose_conv_shape"
     x = ctx.tensor(node.args[CONV_INPUT], node)
     out = ctx.output(node, fusable=True)
     weight, scales, axis = ctx.weight(node.args[CONV_WEIGHT], node)
-    if axis != 1:
-        raise UnsupportedForLiteRT(node, f"transposed conv weight quantized along axis {axis}, expected 1")
+    assert expressible.conv_weight_axis_ok(axis, transposed=True), "support.conv_weight_per_output_channel"
     _, _, kernel_h, kernel_w = weight.shape
     kernels = (kernel_h, kernel_w)
     filters = ctx.constant_tensor(
@@ -197,8 +193,8 @@ def _transpose_conv(ctx: LoweringContext, node: Node, args: ConvArgs) -> None:
         ctx.emit_result("TRANSPOSE_CONV", [output_shape, filters, x, bias_tensor], out, conv_options(padding))
         return
     full_hw = [(in_hw[d] - 1) * args.stride[d] + kernels[d] for d in range(2)]
-    if any(args.padding[d] + out_hw[d] > full_hw[d] for d in range(2)):
-        raise UnsupportedForLiteRT(node, "output_padding larger than padding: output rows no input reaches")
+    # output rows no input reaches (output_padding > padding) would be past the full result
+    assert all(args.padding[d] + out_hw[d] <= full_hw[d] for d in range(2)), "support.transpose_conv_shape"
     full_shape = [out.shape[0], *full_hw, out.shape[3]]
     full = ctx.activation_tensor(out.anchor.name + "_full", full_shape, out.quantization)
     output_shape = ctx.int32_constant("output_shape", full_shape)

@@ -14,10 +14,9 @@ from ai_edge_litert import schema_py_generated as schema
 from torch.fx import Node
 
 from imxrt.kernels import activations
-from imxrt.npu.litert import layout, qdq
+from imxrt.npu.litert import expressible, layout, qdq
 from imxrt.npu.litert.context import LoweringContext, clamp_range, edge_shape
 from imxrt.npu.litert.converters.common import options
-from imxrt.npu.litert.errors import UnsupportedForLiteRT
 from imxrt.npu.litert.ir import PerTensor, Tensor
 
 # The options object of each binary op with a fused activation.
@@ -34,8 +33,7 @@ class Binary:
     shares_qparams: bool = False
 
     def __call__(self, ctx: LoweringContext, node: Node) -> None:
-        if node.kwargs.get("alpha", 1) != 1:
-            raise UnsupportedForLiteRT(node, "alpha other than 1")
+        assert node.kwargs.get("alpha", 1) == 1, "support.add_sub_unit_alpha"
         out = ctx.output(node, fusable=self.fusable)
         operands = [broadcast_operand(ctx, node, arg, len(out.edge_shape)) for arg in node.args[:2]]
         op_options = None
@@ -65,10 +63,9 @@ def convert_leaky_relu(ctx: LoweringContext, node: Node) -> None:
     x = ctx.tensor(node.args[0], node)
     out = ctx.output(node)
     assert isinstance(x.quantization, PerTensor)
-    try:  # a slope TFLite's requantization cannot hold is written as the one that saturates the same codes
-        alpha = activations.saturating_leaky_alpha(x.quantization.scale, out.quantization.scale, slope)
-    except ValueError as e:
-        raise UnsupportedForLiteRT(node, str(e)) from None
+    assert expressible.slope_is_a_number(slope), "support.leaky_relu_slope_is_a_number"
+    # a slope TFLite's requantization cannot hold is written as the one that saturates the same codes
+    alpha = activations.saturating_leaky_alpha(x.quantization.scale, out.quantization.scale, slope)
     ctx.emit_result("LEAKY_RELU", [x], out, options(schema.LeakyReluOptionsT, alpha=alpha))
 
 
@@ -90,9 +87,8 @@ def convert_prelu(ctx: LoweringContext, node: Node) -> None:
     edge_alpha_shape = [1] * rank
     if count > 1:
         edge_alpha_shape[1] = count
-    data = np.frombuffer(alpha.data, np.int8).reshape(edge_alpha_shape) if alpha.is_constant else None
-    if data is None:
-        raise UnsupportedForLiteRT(node, "prelu weight must be a constant")
+    assert alpha.is_constant, "support.prelu_constant_weight"
+    data = np.frombuffer(alpha.data, np.int8).reshape(edge_alpha_shape)
     alpha = ctx.constant_tensor(alpha.name, layout.stored_array(data), alpha.quantization)
     ctx.emit_result("PRELU", [x, alpha], ctx.output(node))
 

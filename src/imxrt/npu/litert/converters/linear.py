@@ -8,10 +8,9 @@ from ai_edge_litert import schema_py_generated as schema
 from executorch.exir.dialects._ops import ops as exir_ops
 from torch.fx import Node
 
-from imxrt.npu.litert import layout, qdq
+from imxrt.npu.litert import expressible, layout, qdq
 from imxrt.npu.litert.context import LoweringContext, edge_shape
 from imxrt.npu.litert.converters.common import options
-from imxrt.npu.litert.errors import UnsupportedForLiteRT
 from imxrt.npu.litert.ir import PerChannel, PerTensor
 
 aten = exir_ops.edge.aten
@@ -26,8 +25,7 @@ def convert_linear(ctx: LoweringContext, node: Node) -> None:
 
 def convert_addmm(ctx: LoweringContext, node: Node) -> None:
     """addmm(bias, x, mat2[in, out]): FC with weight mat2^T; alpha = beta = 1 only."""
-    if node.kwargs.get("alpha", 1) != 1 or node.kwargs.get("beta", 1) != 1:
-        raise UnsupportedForLiteRT(node, "addmm with alpha or beta other than 1")
+    assert node.kwargs.get("alpha", 1) == 1 and node.kwargs.get("beta", 1) == 1, "support.addmm_unit_scaling"
     _fully_connected(ctx, node, node.args[1], node.args[2], node.args[0], weight_is_transposed=True)
 
 
@@ -51,8 +49,7 @@ def _is_symmetric_weight(ctx: LoweringContext, arg: Node) -> bool:
 def convert_bmm(ctx: LoweringContext, node: Node) -> None:
     """bmm(a, b) -> BATCH_MATMUL (rank 3, or rank 2 for mm)."""
     a, b = (ctx.tensor(arg, node) for arg in node.args[:2])
-    if len(a.shape) == 4 or len(b.shape) == 4:
-        raise UnsupportedForLiteRT(node, "batch matmul of rank-4 tensors")
+    assert len(a.shape) < 4 and len(b.shape) < 4, "support.bmm_rank3_zero_points (mm: rank 2)"
     out = ctx.output(node)
     matmul = options(schema.BatchMatMulOptionsT, adjX=False, adjY=False)
     ctx.emit_result("BATCH_MATMUL", [a, b], out, matmul)
@@ -94,13 +91,12 @@ def _fc_weight(ctx, node, arg, transposed: bool) -> tuple[np.ndarray, np.ndarray
     if transposed and isinstance(arg, Node) and arg.target in _TRANSPOSE_2D:
         arg, transposed = arg.args[0], False
     data, scales, axis = ctx.weight(arg, node)
-    if data.ndim != 2:
-        raise UnsupportedForLiteRT(node, f"weight of rank {data.ndim}, expected 2")
+    assert data.ndim == 2, "support.linear_weight_rank2"
     if transposed:
         data, axis = data.T, 1 - axis
     per_tensor = len(set(scales.tolist())) == 1
-    if axis != 0 and not per_tensor:
-        raise UnsupportedForLiteRT(node, "weight quantized per input channel; FC needs per output channel")
+    assert expressible.fully_connected_weight_axis_ok(per_tensor, axis), \
+        "support.fully_connected_weight_per_output_channel"
     if axis != 0:
         scales = np.full(data.shape[0], scales[0])
     return np.ascontiguousarray(data), scales, arg.name

@@ -10,10 +10,9 @@ from ai_edge_litert import schema_py_generated as schema
 from executorch.exir.dialects._ops import ops as exir_ops
 from torch.fx import Node
 
-from imxrt.npu.litert import layout, qdq
+from imxrt.npu.litert import expressible, layout, qdq
 from imxrt.npu.litert.context import LoweringContext, edge_shape
 from imxrt.npu.litert.converters.common import options
-from imxrt.npu.litert.errors import UnsupportedForLiteRT
 from imxrt.npu.litert.ir import PerTensor, Tensor
 
 _MIRROR_MODES = {"reflect": schema.MirrorPadMode.REFLECT}
@@ -45,8 +44,7 @@ def pad_tensor(
 
 def stored_paddings(node: Node, flat: Sequence[int], rank: int) -> list[tuple[int, int]]:
     """PyTorch's flat pad list (last dim first: [left, right, top, bottom, ...]) as stored-dim pairs."""
-    if len(flat) % 2 or len(flat) // 2 > rank or any(p < 0 for p in flat):
-        raise UnsupportedForLiteRT(node, f"padding {list(flat)} must be non-negative pairs for rank {rank}")
+    assert expressible.padding_pairs_ok(flat, rank), "support.pad_pairs_non_negative"
     edge = [(0, 0)] * rank
     for i in range(len(flat) // 2):
         edge[rank - 1 - i] = (int(flat[2 * i]), int(flat[2 * i + 1]))
@@ -69,24 +67,22 @@ def convert_reflection_pad(ctx: LoweringContext, node: Node) -> None:
     x = ctx.tensor(node.args[0], node)
     out = ctx.output(node)
     shape = edge_shape(node.args[0])
+    assert expressible.reflection_fits(shape, node.args[1]), "support.reflection_pad_smaller_than_dim"
     paddings = stored_paddings(node, node.args[1], len(shape))
-    stored = layout.stored_shape(shape)
-    if any(max(before, after) >= size for size, (before, after) in zip(stored, paddings, strict=True)):
-        raise UnsupportedForLiteRT(node, "reflection padding must be smaller than the padded dim")
     pads = ctx.constant_tensor("paddings", np.array(paddings, np.int32))
     mirror = options(schema.MirrorPadOptionsT, mode=schema.MirrorPadMode.REFLECT)
     ctx.emit_result("MIRROR_PAD", [x, pads], out, mirror, quantization=x.quantization)
 
 
 def convert_pad(ctx: LoweringContext, node: Node) -> None:
-    """aten.pad(x, pad, mode, value), kept whole by the partitioner: by mode."""
+    """aten.pad(x, pad, mode, value) by mode, should an edge graph hold one (``to_edge`` decomposes it, and the
+    capability table has no row for it)."""
     mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("mode", "constant")
+    assert mode == "constant" or mode in _MIRROR_MODES, f"pad mode {mode!r}: LiteRT has constant and reflect"
     if mode == "constant":
         convert_constant_pad(ctx, node)
-    elif mode in _MIRROR_MODES:
-        convert_reflection_pad(ctx, node)
     else:
-        raise UnsupportedForLiteRT(node, f"pad mode {mode!r}; LiteRT has constant and reflect")
+        convert_reflection_pad(ctx, node)
 
 
 def _pad_value(node: Node) -> float:

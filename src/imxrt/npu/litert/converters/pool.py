@@ -14,7 +14,6 @@ from imxrt.npu.litert.context import LoweringContext, edge_shape
 from imxrt.npu.litert.converters.common import Padding, ceil_mode_windows, options, window_padding
 from imxrt.npu.litert.converters.pad import pad_tensor
 from imxrt.npu.litert.converters.reduce import MEAN
-from imxrt.npu.litert.errors import UnsupportedForLiteRT
 
 MAX_SELF_PADDING_POOL_STRIDE = 32  # Neutron: 4096 in a pool without padding, 32 in one that pads
 
@@ -36,8 +35,7 @@ def convert_avg_pool(ctx: LoweringContext, node: Node) -> None:
     kernel = _pair(node.args[1])
     stride = _pair(_arg(node, 2, "stride", None), kernel)
     pads = _pair(_arg(node, 3, "padding", 0))
-    if _arg(node, 6, "divisor_override", None) is not None:
-        raise UnsupportedForLiteRT(node, "divisor_override")
+    assert _arg(node, 6, "divisor_override", None) is None, "support.avg_pool_options"
     count_include_pad = _arg(node, 5, "count_include_pad", True)
     x = ctx.tensor(node.args[0], node)
     out = ctx.output(node)
@@ -46,8 +44,7 @@ def convert_avg_pool(ctx: LoweringContext, node: Node) -> None:
         _arg(node, 4, "ceil_mode", False) else (False, None)
     if overhang:
         # PyTorch never counts a ceil-mode overhang; TFLite's SAME counts only real inputs
-        if same is None or (count_include_pad and pads != (0, 0)):
-            raise UnsupportedForLiteRT(node, "ceil_mode=True with windows TFLite's SAME does not reproduce")
+        assert same is not None and pads == (0, 0), "support.avg_pool_options"
         _emit_pool(ctx, "AVERAGE_POOL_2D", x, out, kernel, stride, same)
         return
     padding = Padding.VALID if pads == (0, 0) else None
@@ -55,8 +52,7 @@ def convert_avg_pool(ctx: LoweringContext, node: Node) -> None:
         # TFLite's SAME average divides by the number of real inputs, as count_include_pad=False does.
         padding = window_padding((height, width), kernel, stride, (1, 1), pads)
     if padding is None:
-        if not count_include_pad:
-            raise UnsupportedForLiteRT(node, "count_include_pad=False with padding other than TFLite's SAME")
+        assert count_include_pad, "support.avg_pool_options"
         x = pad_tensor(ctx, x, [(0, 0), (pads[0], pads[0]), (pads[1], pads[1]), (0, 0)], out.sources)
         padding = Padding.VALID
     _emit_pool(ctx, "AVERAGE_POOL_2D", x, out, kernel, stride, padding)
@@ -66,8 +62,7 @@ def convert_adaptive_avg_pool(ctx: LoweringContext, node: Node) -> None:
     """_adaptive_avg_pool2d(x, output_size) with sizes that divide: a plain VALID average pool."""
     _, _, height, width = edge_shape(node.args[0])
     out_h, out_w = _pair(node.args[1])
-    if height % out_h or width % out_w:
-        raise UnsupportedForLiteRT(node, f"input {height}x{width} is no multiple of output {out_h}x{out_w}")
+    assert height % out_h == 0 and width % out_w == 0, "support.adaptive_pool_divisible"
     kernel = (height // out_h, width // out_w)
     x = ctx.tensor(node.args[0], node)
     _emit_pool(ctx, "AVERAGE_POOL_2D", x, ctx.output(node), kernel, kernel, Padding.VALID)
@@ -103,8 +98,7 @@ def convert_max_pool(ctx: LoweringContext, node: Node) -> None:
     kernel = _pair(node.args[1])
     stride = _pair(_arg(node, 2, "stride", None), kernel)
     pads = _pair(_arg(node, 3, "padding", 0))
-    if _pair(_arg(node, 4, "dilation", 1)) != (1, 1):
-        raise UnsupportedForLiteRT(node, "dilated max pool")
+    assert _pair(_arg(node, 4, "dilation", 1)) == (1, 1), "support.max_pool_options"
     x = ctx.tensor(node.args[0], node)
     out = ctx.output(node)
     _, _, height, width = edge_shape(node.args[0])

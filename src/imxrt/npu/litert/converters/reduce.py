@@ -11,7 +11,6 @@ from torch.fx import Node
 from imxrt.npu.litert import layout
 from imxrt.npu.litert.context import LoweringContext, edge_shape
 from imxrt.npu.litert.converters.common import options
-from imxrt.npu.litert.errors import UnsupportedForLiteRT
 from imxrt.npu.litert.ir import PerTensor
 
 # TFLM's int8 softmax writes these qparams (TFLite's converter uses the same).
@@ -34,8 +33,7 @@ class Reduce:
             dims = list(range(rank))
         dims = [dims] if isinstance(dims, int) else dims
         keepdim = bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
-        if node.kwargs.get("dtype") is not None:
-            raise UnsupportedForLiteRT(node, "reduction with a dtype")
+        assert node.kwargs.get("dtype") is None, "support.reduction_without_dtype"
         axes = sorted({layout.stored_axis(d, rank) for d in dims})
         x = ctx.tensor(node.args[0], node)
         out = ctx.output(node)

@@ -13,7 +13,6 @@ from torch.fx import Node
 
 from imxrt.npu.litert.context import LoweringContext
 from imxrt.npu.litert.converters.common import options
-from imxrt.npu.litert.errors import UnsupportedForLiteRT
 
 
 def convert_upsample_nearest(ctx: LoweringContext, node: Node) -> None:
@@ -39,5 +38,4 @@ def convert_upsample_bilinear(ctx: LoweringContext, node: Node) -> None:
 def _check_integer_scale(node: Node, in_shape, out_shape) -> None:
     """Nearest source rows agree with TFLite's in/out ratio when each output dim is a multiple of the
     input dim (PyTorch uses 1/scale_factor, which equals in/out then)."""
-    if any(out_shape[d] % in_shape[d] for d in (1, 2)):
-        raise UnsupportedForLiteRT(node, "nearest upsampling by a non-integer factor")
+    assert all(out_shape[d] % in_shape[d] == 0 for d in (1, 2)), "support.resize_scale"

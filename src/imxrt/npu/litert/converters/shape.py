@@ -12,7 +12,6 @@ from torch.fx import Node
 
 from imxrt.npu.litert import layout, qdq
 from imxrt.npu.litert.context import LoweringContext, edge_shape
-from imxrt.npu.litert.errors import UnsupportedForLiteRT
 from imxrt.npu.litert.ir import Tensor
 
 _LINEAR = exir_ops.edge.aten.linear.default
@@ -51,8 +50,7 @@ def convert_permute(ctx: LoweringContext, node: Node) -> None:
     x = ctx.tensor(node.args[0], node)
     out = ctx.output(node)
     rank = len(edge_shape(node.args[0]))
-    if rank != len(out.edge_shape):
-        raise UnsupportedForLiteRT(node, "permute between ranks")
+    assert rank == len(out.edge_shape), "a permutation keeps the rank"
     perm = [int(d) % rank for d in node.args[1]]
     steps = layout.permute_steps(x.shape, layout.stored_permutation(perm))
     ctx.bind(out, ctx.apply_steps(x, steps, out.sources))
@@ -82,8 +80,7 @@ def convert_slice(ctx: LoweringContext, node: Node) -> None:
     start = node.args[2] if len(node.args) > 2 else None
     end = node.args[3] if len(node.args) > 3 else None
     step = node.args[4] if len(node.args) > 4 else 1
-    if step != 1:
-        raise UnsupportedForLiteRT(node, f"slice step {step}; only step 1 is lowered")
+    assert step == 1, "support.slice_unit_step"
     start, end, _ = slice(start, end).indices(shape[dim])
     x = ctx.tensor(node.args[0], node)
     out = ctx.output(node)

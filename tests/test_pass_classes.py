@@ -46,7 +46,6 @@ from imxrt.passes import (
     FoldHardsigmoidPass,
     FoldLayerNormAffinePass,
     FunctionalizeInPlacePass,
-    QparamFlow,
     RemoveIdentityCopiesPass,
     RemoveNoOpsPass,
     RescaleBatchMatmulOperandsPass,
@@ -56,6 +55,7 @@ from imxrt.passes import (
     UnshareParametersPass,
 )
 from imxrt.passes.share_equal_constants import ShareEqualConstantsPass
+from imxrt.quantization.rules import NPU_AND_CPU, qparam_flow
 
 aten = torch.ops.aten
 
@@ -305,7 +305,7 @@ def remove_noops() -> Case:
 
 def rescale_batch_matmul_operands() -> Case:
     """A softmax's output (zero point -128) read by a bmm is requantized by a mul by 1: exact in float."""
-    flow = QparamFlow(fixed_zero_points={aten.softmax.int: -128}, shared_with_input=frozenset())
+    flow = qparam_flow(NPU_AND_CPU)  # the quantizer's fixed and shared qparams, as the pipeline passes them
     return _case(lambda m, s, v: torch.bmm(torch.softmax(s, -1), v), [(2, 4, 5), (2, 5, 3)], {aten.mul.Tensor: 0},
                  {aten.mul.Tensor: 1, aten.bmm.default: 1}, graph_pass=RescaleBatchMatmulOperandsPass(flow))
 

@@ -121,6 +121,7 @@ RuleTable = dict[OpKey, Rule]
 
 
 def _row(rule: Rule, devices: frozenset[Device] = NPU_AND_CPU) -> OpQuantization:
+    """A row of ``QUANTIZATION``: both devices run the op in int8 unless ``devices`` says otherwise."""
     return OpQuantization(rule, devices)
 
 

@@ -1,4 +1,4 @@
-"""Build the int8 edge graph of a small model the way the pipeline does, without lowering it."""
+"""Build the aten and int8 edge graphs of a small model the way the pipeline does, without lowering them."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import torch
 from executorch.exir import EdgeCompileConfig, to_edge
 
 from imxrt.npu.partitioner import ops_to_keep_whole
-from imxrt.passes import EDGE_PASSES
+from imxrt.passes import EDGE_PASSES, run_aten_passes
 from imxrt.pipeline import CompileOptions, export, quantize
+from imxrt.quantization.rules import CPU_ONLY, NPU_AND_CPU, qparam_flow
 
 
 def int8_edge_program(model: torch.nn.Module, inputs: tuple, calibration=None, target=None):
@@ -23,3 +24,8 @@ def int8_edge_program(model: torch.nn.Module, inputs: tuple, calibration=None, t
 def nodes_named(program, op_name: str):
     return [n for n in program.graph.nodes if n.op == "call_function"
             and getattr(n.target, "__name__", "") == op_name]
+
+
+def aten_passes(gm: torch.fx.GraphModule, qat: bool = False, npu: bool = True) -> torch.fx.GraphModule:
+    """The pipeline's aten passes for the i.MX RT700 (``npu``) or its CPU alone, with that target's qparams."""
+    return run_aten_passes(gm, qat=qat, npu=npu, qparam_flow=qparam_flow(NPU_AND_CPU if npu else CPU_ONLY))

@@ -28,7 +28,7 @@ from imxrt.npu.litert import tflm_limits
 from imxrt.npu.litert.converters import CONVERTERS
 from imxrt.perf import cpu as cpu_perf
 from imxrt.perf import npu as npu_perf
-from imxrt.quantization.rules import CPU_RULES
+from imxrt.quantization.rules import Device, runs_in_int8
 from imxrt.runtime.litert import PREPARERS
 
 BUILTINS = {name: code for name, code in vars(tfl.BuiltinOperator).items() if not name.startswith("_")}
@@ -184,10 +184,10 @@ def test_the_aten_ops_lowered_to_a_cortex_m_kernel_have_a_quantization_rule(name
     missing = []
     for edge_op in LOWERED_TO.get(name.removesuffix("_nhwc"), []):
         aten = QUANTIZED_AS.get(edge_op, (getattr(edge_op, "_op", edge_op),))
-        if not any(op in CPU_RULES for op in aten):
+        if not any(runs_in_int8(op, Device.CPU) for op in aten):
             missing.append(_name(aten[0]))
-    assert not missing, f"the CPU lowering maps {missing} to cortex_m::{name}, but quantization/rules.CPU_RULES " \
-        "has no rule for them"
+    assert not missing, f"the CPU lowering maps {missing} to cortex_m::{name}, but quantization/rules.QUANTIZATION " \
+        "has no CPU row for them"
 
 
 def test_the_cortex_m_scan_finds_what_the_table_names():

@@ -4,8 +4,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-from imxrt.passes import run_aten_passes
+from edge_graphs import aten_passes
 
 aten = torch.ops.aten
 
@@ -77,7 +76,7 @@ def test_passes_remove_their_ops_and_keep_the_outputs(model, shape):
     x = torch.randn(*shape)
     gm = torch.export.export(model, (x,)).module(check_guards=False)
     expected = model(x)
-    gm = run_aten_passes(gm)
+    gm = aten_passes(gm)
     targets = _targets(gm)
     assert aten.batch_norm.default not in targets
     assert aten.dropout.default not in targets
@@ -97,7 +96,7 @@ class Stacks(nn.Module):
 def test_a_stack_becomes_a_concatenation_and_views_with_the_same_values():
     x = torch.randn(2, 3, 4)
     model = Stacks().eval()
-    gm = run_aten_passes(torch.export.export(model, (x,)).module(check_guards=False))
+    gm = aten_passes(torch.export.export(model, (x,)).module(check_guards=False))
     targets = _targets(gm)
     assert aten.stack.default not in targets and targets.count(aten.cat.default) == 3
     for got, expected in zip(gm(x), model(x), strict=True):
@@ -109,7 +108,7 @@ def test_division_becomes_multiplication_by_the_reciprocal():
         def forward(self, x):
             return x / 8.0
 
-    gm = run_aten_passes(torch.export.export(Div(), (torch.randn(3),)).module(check_guards=False))
+    gm = aten_passes(torch.export.export(Div(), (torch.randn(3),)).module(check_guards=False))
     (mul,) = [n for n in gm.graph.nodes if n.op == "call_function"]
     assert mul.target == aten.mul.Tensor and mul.args[1] == 0.125
 
@@ -119,7 +118,7 @@ def test_division_by_a_tensor_is_kept():
         def forward(self, x, y):
             return x / y
 
-    gm = run_aten_passes(torch.export.export(Div(), (torch.randn(3), torch.rand(3) + 1)).module(
+    gm = aten_passes(torch.export.export(Div(), (torch.randn(3), torch.rand(3) + 1)).module(
         check_guards=False))
     assert aten.div.Tensor in _targets(gm)
 
@@ -137,7 +136,7 @@ def test_batch_norm_with_a_second_user_of_the_conv_is_not_folded_but_becomes_a_d
 
     model = _trained(Branch(), (1, 2, 4, 4))
     x = torch.randn(1, 2, 4, 4)
-    gm = run_aten_passes(torch.export.export(model, (x,)).module(check_guards=False))
+    gm = aten_passes(torch.export.export(model, (x,)).module(check_guards=False))
     assert aten.batch_norm.default not in _targets(gm) and _targets(gm).count(aten.conv2d.default) == 2
     torch.testing.assert_close(gm(x), model(x))
 
@@ -152,7 +151,7 @@ def test_pad_modes_become_core_ops_and_int_scalars_become_floats():
     x = torch.randn(1, 2, 5, 5)
     gm = torch.export.export(PadScale(), (x,)).module(check_guards=False)
     expected = PadScale()(x)
-    gm = run_aten_passes(gm)
+    gm = aten_passes(gm)
     targets = _targets(gm)
     assert aten.pad.default not in targets
     assert {aten.reflection_pad2d.default, aten.constant_pad_nd.default, aten.replication_pad2d.default} <= set(targets)
@@ -171,7 +170,7 @@ class OneDimReflectPads(nn.Module):
 def test_a_1d_reflection_pad_becomes_the_2d_one_over_a_height_of_1():
     """Neutron has MIRROR_PAD as the 2-D pad only: reflection_pad1d had stayed on the CPU between partitions."""
     inputs = (torch.randn(2, 3, 6), torch.randn(1, 9))
-    gm = run_aten_passes(torch.export.export(OneDimReflectPads(), inputs).module(check_guards=False))
+    gm = aten_passes(torch.export.export(OneDimReflectPads(), inputs).module(check_guards=False))
     targets = _targets(gm)
     assert aten.reflection_pad1d.default not in targets and targets.count(aten.reflection_pad2d.default) == 2
     for got, expected in zip(gm(*inputs), OneDimReflectPads()(*inputs), strict=True):
@@ -188,7 +187,7 @@ def test_a_square_is_a_product_on_targets_with_an_npu(npu):
     """x ** 2 and square(x) become x * x where the NPU runs MUL (it has no POW kernel); a CPU-only target keeps
     them whole (one table); other powers stay."""
     x = torch.randn(2, 5)
-    gm = run_aten_passes(torch.export.export(Squares(), (x,)).module(check_guards=False), npu=npu)
+    gm = aten_passes(torch.export.export(Squares(), (x,)).module(check_guards=False), npu=npu)
     targets = _targets(gm)
     squares = [t for t in targets if t in (aten.pow.Tensor_Scalar, aten.square.default)]
     assert len(squares) == (1 if npu else 3)
@@ -252,7 +251,7 @@ def test_a_value_computed_from_constants_alone_becomes_one_constant():
     folded, the add reads one constant, the values are the model's, and a zeros state a layer reads stays."""
     torch.manual_seed(0)
     model, x = FourierPositions().eval(), torch.randn(1, 8, 4, 5)
-    gm = run_aten_passes(torch.export.export(model, (x,), strict=False).module(check_guards=False))
+    gm = aten_passes(torch.export.export(model, (x,), strict=False).module(check_guards=False))
     assert _targets(gm) == [aten.add.Tensor, aten.relu.default]
     (add,) = [n for n in gm.graph.nodes if n.target == aten.add.Tensor]
     assert add.args[1].op == "get_attr"
@@ -285,7 +284,7 @@ class Norms(nn.Module):
 def test_a_2_norm_is_a_sum_of_squares_and_normalize_a_product_by_its_reciprocal_root():
     """linalg_vector_norm had no int8 rule and decomposed only after quantization: it ran in float."""
     x = torch.randn(2, 4, 6)
-    gm = run_aten_passes(torch.export.export(Norms(), (x,), strict=False).module(check_guards=False))
+    gm = aten_passes(torch.export.export(Norms(), (x,), strict=False).module(check_guards=False))
     targets = _targets(gm)
     assert aten.linalg_vector_norm.default not in targets and aten.div.Tensor not in targets
     assert targets.count(aten.rsqrt.default) == 1 and targets.count(aten.sqrt.default) == 2

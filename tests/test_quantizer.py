@@ -78,19 +78,59 @@ def test_conv_weights_bias_fused_activation_and_shared_pool_qparams():
     assert pool_cluster.output_qparams() == pool_cluster.input_qparams(0)
 
 
-def test_device_rules_compose_into_one_set_and_a_disagreement_raises():
+def test_each_target_has_the_rules_of_exactly_the_ops_its_devices_run():
+    """One row per op, so an op both devices run has one rule; a target's rules are the rows of its devices."""
     from imxrt.quantization import rules
     from imxrt.targets import get_target
 
     aten = torch.ops.aten
-    combined, cpu_only = rules.rules_for(get_target("imxrt700")), rules.rules_for(get_target("imxrt700-cpu"))
-    assert set(combined) == set(rules.NPU_RULES) | set(rules.CPU_RULES)
-    assert aten.gelu.default in combined and aten.gelu.default not in rules.NPU_RULES  # CPU LUT only
-    assert aten.prelu.default in combined and aten.prelu.default not in cpu_only  # NPU PRELU; no CMSIS-NN
+    npu, cpu = rules.Device.NPU, rules.Device.CPU
+    rt700, cpu_only = rules.rules_for(get_target("imxrt700")), rules.rules_for(get_target("imxrt700-cpu"))
+    for table, devices in ((rt700, {npu, cpu}), (cpu_only, {cpu})):
+        assert set(table) == {op for op, row in rules.QUANTIZATION.items() if row.devices & devices}
+        assert all(rule == rules.QUANTIZATION[op].rule for op, rule in table.items())
+    assert rules.QUANTIZATION[aten.gelu.default].devices == {cpu}  # a CPU table lookup; Neutron has no GELU
+    assert aten.gelu.default in rt700  # quantized on the RT700 because its CPU runs it
+    assert rules.QUANTIZATION[aten.prelu.default].devices == {npu}  # Neutron's PRELU; no CMSIS-NN kernel
+    assert aten.prelu.default in rt700 and aten.prelu.default not in cpu_only
     assert aten.sub.Tensor in cpu_only  # quantized_add with the second multiplier negated
-    assert cpu_only == rules.CPU_RULES
-    with pytest.raises(ValueError, match="disagree"):
-        rules.compose({aten.tanh.default: rules.Compute()}, {aten.tanh.default: rules.FixedOutput(1 / 128, 0)})
+    assert rules.POINTWISE_UNARY in rt700 and rules.POINTWISE_UNARY in cpu_only
+    assert rt700[aten.relu_.default] == rt700[aten.relu.default]  # in place quantizes like functional
+    assert rt700[aten.add_.Tensor] == rt700[aten.add.Tensor]
+
+
+class GeluPrelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.prelu = nn.PReLU()
+
+    def forward(self, x):
+        return self.prelu(torch.nn.functional.gelu(x))
+
+
+def _annotated_ops(quantizers) -> set[str]:
+    """The ops of ``GeluPrelu``'s aten graph that the quantizers annotate, composed as ExecuTorch's recipes
+    compose them: every ``transform_for_annotation`` first, then every ``annotate``."""
+    gm = torch.export.export(GeluPrelu(), (torch.randn(1, 8),)).module(check_guards=False)
+    for quantizer in quantizers:
+        gm = quantizer.transform_for_annotation(gm)
+    for quantizer in quantizers:
+        quantizer.annotate(gm)
+    return {n.target.__name__ for n in gm.graph.nodes if "quantization_annotation" in n.meta}
+
+
+@pytest.mark.parametrize(("target", "annotated"), [("imxrt700", {"gelu.default", "prelu.default"}),
+                                                   ("imxrt700-cpu", {"gelu.default"})])
+def test_a_target_quantizes_the_ops_of_its_devices(target, annotated):
+    """gelu is int8 on the RT700 because its CPU runs it; prelu is int8 only where the NPU is."""
+    from imxrt.quantization import ImxrtQuantizer, rules
+    from imxrt.targets import get_target
+
+    assert _annotated_ops([ImxrtQuantizer(get_target(target))]) == annotated
+    devices = sorted(rules.devices_of(get_target(target)), key=lambda device: device.value)
+    per_device = [ImxrtQuantizer(devices=frozenset({device})) for device in devices]
+    assert _annotated_ops(per_device) == annotated  # the recipes' per-device quantizers, composed
+    assert _annotated_ops(per_device[::-1]) == annotated
 
 
 class PreluElu(nn.Module):

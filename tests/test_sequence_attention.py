@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from edge_graphs import aten_passes
 from program_checks import check_case
 
 from imxrt.npu.compilers.reference import litert_ops
-from imxrt.passes import run_aten_passes
 from imxrt.pipeline import CompileOptions, compile
 
 DIM, HEADS, TOKENS = 32, 4, 10
@@ -123,7 +123,7 @@ def test_attention_rewrites_compute_the_model(form):
     torch.manual_seed(0)
     model = FORMS[form]().eval()
     x = torch.randn(1, TOKENS, DIM)
-    graph = run_aten_passes(torch.export.export(model, (x,), strict=False).module(check_guards=False))
+    graph = aten_passes(torch.export.export(model, (x,), strict=False).module(check_guards=False))
     targets = {n.target for n in graph.graph.nodes if n.op == "call_function"}
     assert torch.ops.aten.scaled_dot_product_attention.default not in targets
     torch.testing.assert_close(graph(x), model(x), atol=1e-5, rtol=1e-5)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from edge_graphs import aten_passes
 from program_checks import check_case
 
 import imxrt.runtime
 from imxrt.npu.compilers.reference import litert_ops
-from imxrt.passes import run_aten_passes
 from imxrt.passes.decompose_gelu import DecomposeGeluPass
 from imxrt.passes.decompose_layer_norm import DecomposeLayerNormPass
 from imxrt.passes.fold_layer_norm_affine import FoldLayerNormAffinePass
@@ -211,7 +211,7 @@ def test_qat_keeps_the_layer_norm_parameters_trainable():
     x = torch.randn(1, 16, 64)
 
     def parameters_read(qat: bool) -> set[str]:
-        gm = run_aten_passes(_exported(model, x), qat=qat)
+        gm = aten_passes(_exported(model, x), qat=qat)
         return {node.target for node in gm.graph.nodes if node.op == "get_attr" and node.users}
 
     assert {"norm.weight", "norm.bias"} <= parameters_read(qat=True)

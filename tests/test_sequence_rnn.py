@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
+from edge_graphs import aten_passes
 from program_checks import check_case, odd_dim_orders, partition_mismatches
 from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
 import imxrt.runtime
 from imxrt.npu.compilers.reference import litert_ops
-from imxrt.passes import run_aten_passes
 from imxrt.passes.unroll_recurrent_layers import UnrollRecurrentLayersPass
 from imxrt.pipeline import CompileOptions, compile
 from imxrt.quantization.quantizer import ImxrtQuantizer
@@ -174,7 +174,7 @@ def test_every_step_of_the_hidden_state_reads_one_scale():
     model = WholeSequence("gru", layers=1, batch_first=True).eval()
     inputs = (torch.randn(1, STEPS, FEATURES), torch.randn(1, 1, 8))
     exported = torch.export.export(model, inputs, strict=False)
-    prepared = prepare_pt2e(run_aten_passes(exported.module(check_guards=False)), ImxrtQuantizer())
+    prepared = prepare_pt2e(aten_passes(exported.module(check_guards=False)), ImxrtQuantizer())
     # a linear layer's first argument is its input's observer, which reads the value itself
     hidden_readers = [n for n in prepared.graph.nodes if n.target == torch.ops.aten.linear.default
                       and n.args[0].args[0].meta["val"].shape[-1] == 8]

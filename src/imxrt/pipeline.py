@@ -53,7 +53,7 @@ from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
 from imxrt.profiling.etrecord import etrecord_bytes
 from imxrt.profiling.instructions import EDGE_NAME, instruction_table
 from imxrt.profiling.provenance import trim_history
-from imxrt.quantization import ImxrtQuantizer, calibrate
+from imxrt.quantization import ImxrtQuantizer, calibrate, rules
 from imxrt.quantization import qat as qat_module
 from imxrt.quantization.convert import convert_and_export
 from imxrt.report import html as report_html
@@ -420,7 +420,8 @@ def quantize(
 ) -> ExportedProgram:
     """Graph passes, then pt2e int8 PTQ with ``ImxrtQuantizer`` (the target's rules; default: the
     i.MX RT700's); returns the re-exported int8 program."""
-    graph_module = run_aten_passes(exported.module(check_guards=False), npu=_has_npu(target))
+    graph_module = run_aten_passes(exported.module(check_guards=False), npu=_has_npu(target),
+                                   qparam_flow=rules.qparam_flow(rules.devices_of(target)))
     prepared = prepare_pt2e(graph_module, ImxrtQuantizer(target))
     if calibration is None:
         log.warning("no calibration data given: calibrating on the example inputs alone; pass "

@@ -39,7 +39,7 @@ from imxrt.passes import EDGE_PASSES, run_aten_passes
 from imxrt.quantization import ImxrtQuantizer
 from imxrt.quantization.calibration import narrow, settle_zero_ranges, widen
 from imxrt.quantization.convert import share_equal_constants
-from imxrt.quantization.rules import CPU_RULES, NPU_RULES
+from imxrt.quantization.rules import CPU_ONLY, NPU_AND_CPU, NPU_ONLY, Device, qparam_flow
 from imxrt.targets import Target, get_target
 
 CalibrationFn = Callable[[], Iterable[Sequence[torch.Tensor]]]
@@ -75,8 +75,10 @@ def _without_guards(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
 
 def _aten_passes(npu: bool, qat: bool):
     """The pre-prepare pass of a recipe: imxrt.compile's aten passes (QAT keeps its batch norms)."""
+    devices = NPU_AND_CPU if npu else CPU_ONLY  # the target's: the aten passes run once for both recipes
+
     def prepare(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
-        return run_aten_passes(_without_guards(graph_module), qat=qat, npu=npu)
+        return run_aten_passes(_without_guards(graph_module), qat=qat, npu=npu, qparam_flow=qparam_flow(devices))
     return prepare
 
 
@@ -90,14 +92,14 @@ def _stamp_delegate_ids(edge: EdgeProgramManager) -> list:
     return []
 
 
-def _recipe(name: str, rule_table, calibration: CalibrationFn | None, shared_steps: bool, npu: bool,
+def _recipe(name: str, devices: frozenset[Device], calibration: CalibrationFn | None, shared_steps: bool, npu: bool,
             partitioners=None, edge_manager_passes=None, qat: TrainFn | bool | None = None) -> ExportRecipe:
     """``qat``: the train_fn (QAT instead of calibration), or True on the side that does not own the shared
     steps: ExecuTorch's ``combine`` requires every side to agree on ``is_qat`` and one to give train_fn."""
     train_fn = qat if callable(qat) else None
     prepare = _aten_passes(npu, bool(qat))
     quantization = QuantizationRecipe(
-        quantizers=[ImxrtQuantizer(rule_table=rule_table, qat=bool(qat))],
+        quantizers=[ImxrtQuantizer(devices=devices, qat=bool(qat))],
         calibration_inputs_fn=calibration if shared_steps and not qat else None,
         pre_prepare_passes=[prepare] if shared_steps else None,
         # calibration in float64, as imxrt.compile calibrates: ranges that do not move with the thread count
@@ -130,7 +132,7 @@ def neutron_recipe(target: Target, calibration: CalibrationFn | None = None, neu
     """The NPU side of ``target``: its rules, its partitioner, the ``NeutronBackend`` delegate id."""
     if target.npu is None:
         raise ValueError(f"target {target.name} has no NPU")
-    return _recipe(f"{target.name}_neutron", NPU_RULES, calibration, shared_steps, npu=True,
+    return _recipe(f"{target.name}_neutron", NPU_ONLY, calibration, shared_steps, npu=True,
                    partitioners=[NpuPartitioner(target, neutron_compiler)],
                    edge_manager_passes=[_stamp_delegate_ids], qat=qat)
 
@@ -139,7 +141,7 @@ def cortex_m_recipe(target: Target, calibration: CalibrationFn | None = None,
                     shared_steps: bool = True, qat: TrainFn | bool | None = None) -> ExportRecipe:
     """The CPU side of ``target``: the Cortex-M's rules and the lowering for its CMSIS-NN path."""
     isa = target.cpu.isa
-    return _recipe(f"{target.name}_cortex_m_{isa.value}", CPU_RULES, calibration, shared_steps,
+    return _recipe(f"{target.name}_cortex_m_{isa.value}", CPU_ONLY, calibration, shared_steps,
                    npu=target.npu is not None, edge_manager_passes=[lambda edge: [LowerToCortexMPass(isa)]], qat=qat)
 
 

@@ -19,8 +19,9 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from imxrt.npu import support
 from imxrt.npu.backend import ImxrtNeutronBackend
+from imxrt.op_kinds import is_elementwise_map
 from imxrt.passes.qdq import Cluster, find_clusters, is_compute, is_dequantize, is_quantize, tensor_args
-from imxrt.quantization.rules import CPU_RULES, NPU_RULES, is_pointwise_unary
+from imxrt.quantization.rules import QUANTIZATION
 from imxrt.targets import Target
 
 # ExecuTorch finds a backend among BackendDetails' subclasses by class name: importing the class here is
@@ -47,8 +48,8 @@ def ops_to_keep_whole(program: ExportedProgram) -> list[torch._ops.OpOverload]:
     keep = list(KEEP_WHOLE)
     # an int8 pointwise op of one tensor (silu, hardsigmoid) is one table on the CPU: decomposed, its
     # primitives would run in float between a dequantize and a quantize
-    pointwise = {n.target for n in program.graph.nodes if is_pointwise_unary(n) and torch.Tag.core not in n.target.tags
-                 and n.target not in NPU_RULES and n.target not in CPU_RULES}  # relu6 must become hardtanh
+    pointwise = {n.target for n in program.graph.nodes if is_elementwise_map(n) and torch.Tag.core not in n.target.tags
+                 and n.target not in QUANTIZATION}  # relu6 must become hardtanh
     for op in (*_KEEP_WHEN_ALL_INT8, *sorted(pointwise, key=str)):
         nodes = [n for n in program.graph.nodes if n.op == "call_function" and n.target == op]
         if nodes and all(all(is_dequantize_aten(a) for a in tensor_args(n)) for n in nodes):

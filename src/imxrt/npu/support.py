@@ -36,7 +36,7 @@ from imxrt.passes.qdq import (
     qparams_of_dequantize,
     tensor_args,
 )
-from imxrt.quantization.rules import NPU_RULES
+from imxrt.quantization.rules import Device, runs_in_int8
 from imxrt.targets import NeutronConfig
 
 edge = exir_ops.edge.aten
@@ -591,7 +591,7 @@ def not_quantized_reason(node: Node) -> str:
     stack = node.meta.get("nn_module_stack") or {}
     path, module_type = list(stack.values())[-1] if stack else ("", "")
     where = f" in {module_type.rsplit('.', 1)[-1]} '{path}'" if path else ""
-    if getattr(node.target, "_op", None) in NPU_RULES:  # the op has a rule: an operand or its result is the cause
+    if runs_in_int8(getattr(node.target, "_op", None), Device.NPU):  # an operand or its result is the cause
         odd = [a.name for a in tensor_args(node) if not is_dequantize(a)]
         if odd:
             return (f"not quantized: {call}{where} reads {', '.join(odd)}, which is neither an int8 tensor nor a "

@@ -29,7 +29,7 @@ from imxrt.passes.fold_layer_norm_affine import FoldLayerNormAffinePass
 from imxrt.passes.functionalize_in_place import FunctionalizeInPlacePass
 from imxrt.passes.remove_identity_copies import RemoveIdentityCopiesPass
 from imxrt.passes.remove_noops import RemoveNoOpsPass
-from imxrt.passes.rescale_bmm_operands import RescaleBatchMatmulOperandsPass
+from imxrt.passes.rescale_bmm_operands import QparamFlow, RescaleBatchMatmulOperandsPass
 from imxrt.passes.sink_batch_views import SinkBatchViewsPass
 from imxrt.passes.sink_squeeze import SinkSqueezePass
 from imxrt.passes.unroll_recurrent_layers import UnrollRecurrentLayersPass
@@ -79,14 +79,20 @@ PARAMETER_FOLDING_PASSES = (FoldConstantsPass, FoldBatchNormPass, FoldHardsigmoi
                             UnrollRecurrentLayersPass)
 
 
-def run_aten_passes(gm: GraphModule, qat: bool = False, npu: bool = True) -> GraphModule:
+def run_aten_passes(gm: GraphModule, qat: bool = False, npu: bool = True,
+                    qparam_flow: QparamFlow | None = None) -> GraphModule:
     """Apply ``ATEN_PASSES`` in order (``NPU_ATEN_PASSES`` only for a target with an NPU; with ``qat``, no
-    ``PARAMETER_FOLDING_PASSES``); each returns a ``PassResult``."""
+    ``PARAMETER_FOLDING_PASSES``); each returns a ``PassResult``. ``qparam_flow``: the quantizer's fixed and
+    shared qparams, which ``RescaleBatchMatmulOperandsPass`` needs (on a target with an NPU)."""
+    if npu and qparam_flow is None:
+        raise ValueError("run_aten_passes for a target with an NPU needs the quantizer's qparam_flow")
     for pass_type in ATEN_PASSES:
         if (qat and pass_type in PARAMETER_FOLDING_PASSES) or (not npu and pass_type in NPU_ATEN_PASSES):
             continue
-        gm = pass_type()(gm).graph_module
+        graph_pass = pass_type(qparam_flow) if pass_type is RescaleBatchMatmulOperandsPass else pass_type()
+        gm = graph_pass(gm).graph_module
     return gm
 
 
-__all__ = ["ATEN_PASSES", "EDGE_PASSES", "NPU_ATEN_PASSES", "PARAMETER_FOLDING_PASSES", "run_aten_passes"]
+__all__ = ["ATEN_PASSES", "EDGE_PASSES", "NPU_ATEN_PASSES", "PARAMETER_FOLDING_PASSES", "QparamFlow",
+           "run_aten_passes"]

@@ -10,30 +10,41 @@ scale:
 
     %p = softmax(%s, -1); %o = bmm(%p, %v)  →  %o = bmm(mul(softmax(%s, -1), 1.0), %v)
 
-A CPU-only target skips it: CMSIS-NN's batch matmul takes any zero point.
+A CPU-only target skips it: CMSIS-NN's batch matmul takes any zero point. Which ops fix their output's
+qparams, and which share their input's, is the quantizer's knowledge: its caller passes it in as a
+``QparamFlow`` (quantization runs this pass, so the pass cannot import quantization's table).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from imxrt.passes._graph import call, calls_to, finish
-from imxrt.quantization.rules import NPU_RULES, FixedOutput, SharedWithInput
 
 aten = torch.ops.aten
 
 
-def _fixed_range_origin(value: Node) -> tuple[Node, Node] | None:
+@dataclass(frozen=True)
+class QparamFlow:
+    """How the quantizer sets the qparams of the ops between a bmm and its operand's origin."""
+
+    fixed_zero_points: Mapping[torch._ops.OpOverload, int]  # op -> the zero point its int8 kernel fixes
+    shared_with_input: frozenset[torch._ops.OpOverload]  # ops whose output shares their first input's qparams
+
+
+def _fixed_range_origin(value: Node, flow: QparamFlow) -> tuple[Node, Node] | None:
     """Follow a bmm operand back through ops that share qparams; (the fixed-range op with a non-zero zero
     point it comes from, the node on the path that reads it), or None."""
     reader = None
     while value.op == "call_function":
-        rule = NPU_RULES.get(value.target)
-        if isinstance(rule, FixedOutput):
-            return (value, reader) if rule.zero_point != 0 else None
-        if not isinstance(rule, SharedWithInput) or not isinstance(value.args[0], Node):
+        if value.target in flow.fixed_zero_points:
+            return (value, reader) if flow.fixed_zero_points[value.target] != 0 else None
+        if value.target not in flow.shared_with_input or not isinstance(value.args[0], Node):
             return None
         reader, value = value, value.args[0]
     return None
@@ -41,13 +52,17 @@ def _fixed_range_origin(value: Node) -> tuple[Node, Node] | None:
 
 class RescaleBatchMatmulOperandsPass(PassBase):
     """Requires: an aten graph (matmuls of activations already ``bmm``). Ensures: no bmm operand has a
-    fixed-range producer with a non-zero zero point."""
+    fixed-range producer with a non-zero zero point, as ``flow`` tells fixed ranges and shared qparams."""
+
+    def __init__(self, flow: QparamFlow):
+        super().__init__()
+        self.flow = flow
 
     def call(self, gm: GraphModule) -> PassResult:
         modified = False
         for node in calls_to(gm, aten.bmm.default):
             for operand in node.args[:2]:
-                found = _fixed_range_origin(operand) if isinstance(operand, Node) else None
+                found = _fixed_range_origin(operand, self.flow) if isinstance(operand, Node) else None
                 if found is None:
                     continue
                 origin, reader = found

@@ -21,8 +21,8 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
+from imxrt.op_kinds import is_elementwise_map
 from imxrt.passes._graph import call, rewrite_to_fixpoint, shape_of
-from imxrt.quantization.rules import is_pointwise_unary
 
 aten = torch.ops.aten
 _VIEWS = (aten.view.default, aten.reshape.default)
@@ -49,7 +49,7 @@ def _is_scalar(arg: object) -> bool:
 def _sinkable(user: Node, view: Node) -> bool:
     if user.kwargs and user.target not in _SOFTMAX:
         return False
-    if is_pointwise_unary(user):
+    if is_elementwise_map(user):
         return True
     if user.target in _BINARY:
         return any(a is view for a in user.args[:2]) and all(a is view or _is_scalar(a) for a in user.args[:2])

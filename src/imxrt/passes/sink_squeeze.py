@@ -20,8 +20,8 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
+from imxrt.op_kinds import is_elementwise_map
 from imxrt.passes._graph import call, rewrite_to_fixpoint
-from imxrt.quantization.rules import is_pointwise_unary
 
 aten = torch.ops.aten
 _BINARY = (aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor, aten.maximum.default, aten.minimum.default)
@@ -43,7 +43,7 @@ def _squeezed_dim(node: object) -> int | None:
 
 
 def _sinkable_user(user: Node, squeeze: Node, dim: int) -> bool:
-    if is_pointwise_unary(user) and not user.kwargs:
+    if is_elementwise_map(user) and not user.kwargs:
         return True
     if user.target in _BINARY and not user.kwargs:
         operands = [a for a in user.args if isinstance(a, Node)]

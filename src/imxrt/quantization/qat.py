@@ -21,6 +21,7 @@ from torchao.quantization.pt2e.quantize_pt2e import prepare_qat_pt2e
 from imxrt.errors import BadModel, BadOption
 from imxrt.model_checks import non_finite
 from imxrt.passes import run_aten_passes
+from imxrt.quantization import rules
 from imxrt.quantization.calibration import settle_zero_ranges
 from imxrt.quantization.convert import convert_and_export
 from imxrt.quantization.quantizer import ImxrtQuantizer
@@ -36,7 +37,8 @@ def prepare(exported: ExportedProgram, example_inputs: Sequence[torch.Tensor], t
     """The training-mode program with fake quantization under ``target``'s rules (each conv+BN fused so BN
     stays trainable, folded at ``convert``), in training mode; ``train()`` and ``eval()`` work as on any
     module."""
-    graph_module = run_aten_passes(exported.module(check_guards=False), qat=True, npu=target.npu is not None)
+    graph_module = run_aten_passes(exported.module(check_guards=False), qat=True, npu=target.npu is not None,
+                                   qparam_flow=rules.qparam_flow(rules.devices_of(target)))
     prepared = prepare_qat_pt2e(graph_module, ImxrtQuantizer(target, qat=True))
     prepared.train = types.MethodType(_set_training, prepared)
     prepared.eval = types.MethodType(lambda self: _set_training(self, False), prepared)

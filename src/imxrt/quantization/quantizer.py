@@ -15,8 +15,8 @@ from imxrt.passes.unroll_recurrent_layers import RECURRENT_STATE
 from imxrt.quantization import rules, specs
 
 _ANNOTATION = "quantization_annotation"
-# Graph-module meta key: the rule table composed from every ImxrtQuantizer about to annotate the graph.
-_COMPOSED_RULES = "imxrt_quantization_rules"
+# Graph-module meta key: the devices of every ImxrtQuantizer about to annotate the graph.
+_DEVICES = "imxrt_quantization_devices"
 
 
 def _tensor_inputs(node: Node) -> list[Node]:
@@ -62,33 +62,27 @@ class ImxrtQuantizer(Quantizer):
     shares qparams with a fixed-qparam producer (softmax -> mean) is annotated like any other.
 
     Composable: when ExecuTorch's recipe API composes several (``ComposableQuantizer``: the NPU recipe's
-    and the Cortex-M recipe's), every one first adds its table to the graph's composed table
-    (``transform_for_annotation`` runs for all before any ``annotate``), then the first to annotate
-    applies the composed table and the others find nothing left. The result is the one a single quantizer
-    with the composed table gives, whatever the order: a node's annotation can depend on its producer's,
-    so annotating device by device would not be.
+    and the Cortex-M recipe's), every one first adds its devices to the graph's (``transform_for_annotation``
+    runs for all before any ``annotate``), then the first to annotate applies the rules of every op those
+    devices run and the others find nothing left. The result is the one a single quantizer for all the
+    devices gives, whatever the order: a node's annotation can depend on its producer's, so annotating
+    device by device would not be.
     """
 
-    def __init__(self, target=None, qat: bool = False, rule_table: rules.RuleTable | None = None):
+    def __init__(self, target=None, qat: bool = False, devices: frozenset[rules.Device] | None = None):
         """``target``: whose devices' rules apply (default: the i.MX RT700's NPU and Cortex-M33);
-        ``rule_table``: one device's table instead (the recipes' per-device quantizers)."""
+        ``devices``: these devices' instead (the recipes' per-device quantizers)."""
         super().__init__()
-        if rule_table is not None:
-            self.rules = dict(rule_table)
-        elif target is not None:
-            self.rules = rules.rules_for(target)
-        else:
-            self.rules = rules.compose(rules.NPU_RULES, rules.CPU_RULES)
+        self.devices = devices if devices is not None else rules.devices_of(target)
         self.qat = qat
         self._symmetric: set[Node] = set()  # values read at zero point 0 (``_symmetric_outputs``)
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
-        composed = model.meta.get(_COMPOSED_RULES)
-        model.meta[_COMPOSED_RULES] = self.rules if composed is None else rules.compose(composed, self.rules)
+        model.meta[_DEVICES] = model.meta.get(_DEVICES, frozenset()) | self.devices
         return model
 
     def annotate(self, model: GraphModule) -> GraphModule:
-        table = model.meta.get(_COMPOSED_RULES, self.rules)
+        table = rules.rules_on(model.meta.get(_DEVICES, self.devices))
         self._symmetric = _symmetric_outputs(model.graph, table)
         for node in model.graph.nodes:
             if node.op != "call_function" or _ANNOTATION in node.meta:

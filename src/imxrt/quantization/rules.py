@@ -1,16 +1,21 @@
-"""Per-op quantization rules: which aten op gets which int8 treatment, one table per device.
+"""Per-op quantization rules: which aten op gets which int8 treatment, and which devices run it in int8.
 
-The rule kinds are types, not strings. ``NPU_RULES`` holds what the Neutron NPU runs in int8,
-``CPU_RULES`` what the Cortex-M runs in int8; ``rules_for(target)`` composes the target's devices once, and
-``quantizer.ImxrtQuantizer`` applies the row of each node's op. An op without a row is left float (and
-runs as a float op on the CPU, with that reason in the report).
+The rule kinds are types, not strings. ``QUANTIZATION`` has one row per op: its rule and the devices with an
+int8 kernel for it. An op has one rule whatever device runs it, so a tensor crossing the NPU/CPU boundary
+never needs requantizing. ``rules_for(target)`` gives the rules of the ops any of the target's devices runs,
+and ``quantizer.ImxrtQuantizer`` applies the rule of each node's op. An op without a rule there is left
+float (and runs as a float op on the CPU, with that reason in the report).
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 import torch
+
+from imxrt.op_kinds import is_elementwise_map
+from imxrt.passes.rescale_bmm_operands import QparamFlow
 
 aten = torch.ops.aten
 
@@ -65,6 +70,27 @@ class MatMul:
 
 Rule = Weighted | Compute | SharedWithInput | FixedOutput | MatMul
 
+
+class Device(enum.Enum):
+    """A processor that runs int8 ops."""
+
+    NPU = "npu"  # the eIQ Neutron NPU: its int8 kernels (reference/neutron.md)
+    CPU = "cpu"  # the Cortex-M: CMSIS-NN's cortex_m kernels (reference/cortex_m.md), portable kernels for data movement
+
+
+@dataclass(frozen=True)
+class OpQuantization:
+    """One op's row: how it is quantized, and the devices that run it in int8 (on a target with none of
+    them it stays float)."""
+
+    rule: Rule
+    devices: frozenset[Device]
+
+
+NPU_AND_CPU = frozenset({Device.NPU, Device.CPU})
+NPU_ONLY = frozenset({Device.NPU})
+CPU_ONLY = frozenset({Device.CPU})
+
 _SOFTMAX_OUT = FixedOutput(scale=1.0 / 256.0, zero_point=-128)
 _TANH_OUT = FixedOutput(scale=1.0 / 128.0, zero_point=0)
 _LINEAR = Weighted(per_channel=False)
@@ -85,100 +111,74 @@ _DATA_MOVEMENT = (
     aten.upsample_nearest2d.vec, aten.contiguous.default, aten.clone.default,
 )
 
-RuleTable = dict[torch._ops.OpOverload, Rule]
+# The key under which the table quantizes every other elementwise map of one tensor (silu, hardsigmoid, sqrt,
+# log2, erf, x ** 2, ...; ``op_kinds.is_elementwise_map``): the Cortex-M runs each as one 256-entry table
+# (cortex_m::quantized_activation).
+POINTWISE_UNARY = "pointwise unary op"
 
-# The ops the Neutron NPU has int8 kernels for (reference/neutron.md), quantized as its converter needs.
-NPU_RULES: RuleTable = {
+OpKey = torch._ops.OpOverload | str  # an aten op, or ``POINTWISE_UNARY``
+RuleTable = dict[OpKey, Rule]
+
+
+def _row(rule: Rule, devices: frozenset[Device] = NPU_AND_CPU) -> OpQuantization:
+    """A row of ``QUANTIZATION``: both devices run the op in int8 unless ``devices`` says otherwise."""
+    return OpQuantization(rule, devices)
+
+
+# The NPU's ops are those Neutron has int8 kernels for, quantized as its converter needs; the CPU's those the
+# Cortex-M runs in int8, where every elementwise unary op is one 256-entry table lookup (so gelu is int8
+# too). prelu and bilinear upsampling have no CMSIS-NN kernel: on a CPU-only target they stay float rather
+# than carry Q/DQ pairs around a float op.
+QUANTIZATION: dict[OpKey, OpQuantization] = {
     # weighted
-    aten.conv2d.default: Weighted(),
-    aten.conv2d.padding: Weighted(),
-    aten.linear.default: _LINEAR,
-    aten.conv_transpose2d.input: Weighted(weight_axis=1),
+    aten.conv2d.default: _row(Weighted()),
+    aten.conv2d.padding: _row(Weighted()),
+    aten.linear.default: _row(_LINEAR),
+    aten.conv_transpose2d.input: _row(Weighted(weight_axis=1)),
     # elementwise and matrix compute
-    aten.add.Tensor: _ADD,
-    aten.sub.Tensor: _ADD,
-    aten.mul.Tensor: Compute(),  # calibrated inputs: no clipping of either operand to a fixed range
-    aten.bmm.default: _BATCH_MATMUL,
-    aten.matmul.default: MatMul(),
-    aten.mm.default: MatMul(),
-    aten.relu.default: Compute(),
-    aten.relu6.default: Compute(),
-    aten.hardtanh.default: Compute(),
-    aten.clamp.default: Compute(),
-    aten.hardswish.default: Compute(),
-    aten.leaky_relu.default: Compute(),
-    aten.prelu.default: Compute(),
-    aten.exp.default: Compute(),
-    aten.log.default: Compute(),
-    aten.rsqrt.default: Compute(),
-    aten.abs.default: Compute(),
-    aten.neg.default: Compute(),
-    aten.upsample_bilinear2d.vec: Compute(),
-    # fixed output ranges
-    aten.softmax.int: _SOFTMAX_OUT,
-    aten._softmax.default: _SOFTMAX_OUT,
-    aten.sigmoid.default: _SOFTMAX_OUT,  # TFLite LOGISTIC: scale 1/256, zero point -128
-    aten.tanh.default: _TANH_OUT,
+    aten.add.Tensor: _row(_ADD),
+    aten.sub.Tensor: _row(_ADD),  # cortex_m::quantized_add with the second operand's multiplier negated
+    aten.mul.Tensor: _row(Compute()),  # calibrated inputs: no clipping of either operand to a fixed range
+    # cortex_m::quantized_div (a division by a constant became a mul earlier)
+    aten.div.Tensor: _row(Compute(), CPU_ONLY),
+    aten.bmm.default: _row(_BATCH_MATMUL),
+    aten.matmul.default: _row(MatMul()),
+    aten.mm.default: _row(MatMul()),
+    aten.relu.default: _row(Compute()),
+    aten.relu6.default: _row(Compute()),
+    aten.hardtanh.default: _row(Compute()),
+    aten.clamp.default: _row(Compute()),
+    aten.hardswish.default: _row(Compute()),
+    aten.leaky_relu.default: _row(Compute()),
+    aten.prelu.default: _row(Compute(), NPU_ONLY),
+    aten.exp.default: _row(Compute()),
+    aten.log.default: _row(Compute()),
+    aten.rsqrt.default: _row(Compute()),
+    aten.abs.default: _row(Compute()),
+    aten.neg.default: _row(Compute()),
+    aten.gelu.default: _row(Compute(), CPU_ONLY),
+    aten.upsample_bilinear2d.vec: _row(Compute(), NPU_ONLY),
+    # fixed output ranges: TFLM's, which CMSIS-NN's softmax takes too, so both sides of an NPU/CPU boundary
+    # read the same qparams
+    aten.softmax.int: _row(_SOFTMAX_OUT),
+    aten._softmax.default: _row(_SOFTMAX_OUT),
+    aten.sigmoid.default: _row(_SOFTMAX_OUT),  # TFLite LOGISTIC: scale 1/256, zero point -128
+    aten.tanh.default: _row(_TANH_OUT),
     # data movement and selection: output shares the input's qparams
-    aten.max_pool2d.default: SharedWithInput(),
-    aten.avg_pool2d.default: SharedWithInput(),
-    aten.adaptive_avg_pool2d.default: SharedWithInput(),
-    aten.mean.dim: SharedWithInput(),
-    aten.sum.dim_IntList: SharedWithInput(),
-    aten.sum.default: SharedWithInput(),  # x.sum(): to_edge makes it a sum.dim_IntList over every dim
-    aten.amax.default: SharedWithInput(),
-    aten.amin.default: SharedWithInput(),
-    aten.maximum.default: SharedWithInput(),
-    aten.minimum.default: SharedWithInput(),
-    **{op: SharedWithInput() for op in _DATA_MOVEMENT},
-}
-
-# The ops the Cortex-M runs in int8 (the cortex_m kernels of reference/cortex_m.md, and data movement on
-# portable kernels): every elementwise unary op is one 256-entry table lookup there, so gelu is int8 too.
-# prelu and bilinear upsampling have no CMSIS-NN kernel: on a CPU-only target they stay float rather
-# than carry Q/DQ pairs around a float op. amax / amin pick values (shared qparams): portable kernels on int8.
-CPU_RULES: RuleTable = {
-    aten.conv2d.default: Weighted(),
-    aten.conv2d.padding: Weighted(),
-    aten.linear.default: _LINEAR,
-    aten.conv_transpose2d.input: Weighted(weight_axis=1),
-    aten.add.Tensor: _ADD,
-    aten.sub.Tensor: _ADD,  # cortex_m::quantized_add with the second operand's multiplier negated
-    aten.mul.Tensor: Compute(),
-    aten.div.Tensor: Compute(),  # cortex_m::quantized_div (a division by a constant became a mul earlier)
-    aten.bmm.default: _BATCH_MATMUL,
-    aten.matmul.default: MatMul(),
-    aten.mm.default: MatMul(),
-    aten.relu.default: Compute(),
-    aten.relu6.default: Compute(),
-    aten.hardtanh.default: Compute(),
-    aten.clamp.default: Compute(),
-    aten.hardswish.default: Compute(),
-    aten.leaky_relu.default: Compute(),
-    aten.exp.default: Compute(),
-    aten.log.default: Compute(),
-    aten.rsqrt.default: Compute(),
-    aten.abs.default: Compute(),
-    aten.neg.default: Compute(),
-    aten.gelu.default: Compute(),
-    # CMSIS-NN's softmax takes the same fixed output as TFLM's; sigmoid and tanh keep the NPU's fixed
-    # ranges too, so both sides of an NPU/CPU boundary read the same qparams.
-    aten.softmax.int: _SOFTMAX_OUT,
-    aten._softmax.default: _SOFTMAX_OUT,
-    aten.sigmoid.default: _SOFTMAX_OUT,
-    aten.tanh.default: _TANH_OUT,
-    aten.max_pool2d.default: SharedWithInput(),
-    aten.avg_pool2d.default: SharedWithInput(),
-    aten.adaptive_avg_pool2d.default: SharedWithInput(),
-    aten.mean.dim: SharedWithInput(),  # a mean over H and W is an average pool
-    # a sum is a fully connected layer by a weight of ones; shared qparams, as the NPU's SUM needs
-    aten.sum.dim_IntList: SharedWithInput(),
-    aten.sum.default: SharedWithInput(),
-    aten.maximum.default: SharedWithInput(),
-    aten.minimum.default: SharedWithInput(),
-    aten.amax.default: SharedWithInput(),
-    aten.amin.default: SharedWithInput(),
-    **{op: SharedWithInput() for op in _DATA_MOVEMENT},
+    aten.max_pool2d.default: _row(SharedWithInput()),
+    aten.avg_pool2d.default: _row(SharedWithInput()),
+    aten.adaptive_avg_pool2d.default: _row(SharedWithInput()),
+    aten.mean.dim: _row(SharedWithInput()),  # a mean over H and W is an average pool
+    # a sum is a fully connected layer by a weight of ones on the CPU; shared qparams, as the NPU's SUM needs
+    aten.sum.dim_IntList: _row(SharedWithInput()),
+    aten.sum.default: _row(SharedWithInput()),  # x.sum(): to_edge makes it a sum.dim_IntList over every dim
+    # amax / amin pick values (shared qparams): portable kernels on int8 on the CPU
+    aten.amax.default: _row(SharedWithInput()),
+    aten.amin.default: _row(SharedWithInput()),
+    aten.maximum.default: _row(SharedWithInput()),
+    aten.minimum.default: _row(SharedWithInput()),
+    **{op: _row(SharedWithInput()) for op in _DATA_MOVEMENT},
+    POINTWISE_UNARY: _row(Compute(), CPU_ONLY),
 }
 
 # In-place variants (``nn.ReLU(inplace=True)``, ``out += identity``) quantize like their functional form.
@@ -194,55 +194,45 @@ _IN_PLACE = {
     aten.sub_.Tensor: aten.sub.Tensor,
     aten.mul_.Tensor: aten.mul.Tensor,
 }
-for _table in (NPU_RULES, CPU_RULES):
-    _table.update({in_place: _table[functional] for in_place, functional in _IN_PLACE.items()
-                   if functional in _table})
+QUANTIZATION.update({in_place: QUANTIZATION[functional] for in_place, functional in _IN_PLACE.items()})
 
 
-# The key under which a table quantizes every other pointwise op of one tensor (silu, hardsigmoid, sqrt,
-# log2, erf, x ** 2, ...): the Cortex-M runs each as one 256-entry table (cortex_m::quantized_activation).
-POINTWISE_UNARY = "pointwise unary op"
-CPU_RULES[POINTWISE_UNARY] = Compute()
+def runs_in_int8(op: object, device: Device) -> bool:
+    """Whether ``device`` has an int8 kernel for aten ``op`` (its row lists the device)."""
+    row = QUANTIZATION.get(op)
+    return row is not None and device in row.devices
 
 
-def is_pointwise_unary(node: torch.fx.Node) -> bool:
-    """A deterministic elementwise aten op (torch's pointwise tag) of exactly one float tensor, its first
-    argument, whose result has that tensor's shape and dtype."""
-    op = node.target
-    if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload):
-        return False
-    if torch.Tag.pointwise not in op.tags or torch.Tag.nondeterministic_seeded in op.tags:
-        return False
-    tensors = [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, torch.fx.Node)]
-    if len(tensors) != 1 or not node.args or node.args[0] is not tensors[0]:
-        return False
-    before, after = tensors[0].meta.get("val"), node.meta.get("val")
-    return (isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor)
-            and before.dtype.is_floating_point and after.dtype == before.dtype and after.shape == before.shape)
+def devices_of(target) -> frozenset[Device]:
+    """The devices of a target that run int8 ops: its NPU (if it has one) and its CPU; None is the default
+    target, the i.MX RT700 (NPU and CPU)."""
+    return NPU_AND_CPU if target is None or target.npu is not None else CPU_ONLY
 
 
-def rule_for(table: RuleTable, node: torch.fx.Node) -> Rule | None:
-    """``node``'s rule in ``table``: its op's row, or the pointwise row for a pointwise op of one tensor."""
-    rule = table.get(node.target)
-    if rule is None and POINTWISE_UNARY in table and is_pointwise_unary(node):
-        return table[POINTWISE_UNARY]
-    return rule
-
-
-def compose(*tables: RuleTable) -> RuleTable:
-    """One rule set from several devices' tables. An op both devices quantize must get the same rule on
-    both, or a tensor crossing the NPU/CPU boundary would need requantizing: that is our bug, so it raises."""
-    composed: RuleTable = {}
-    for table in tables:
-        for op, rule in table.items():
-            if composed.setdefault(op, rule) != rule:
-                raise ValueError(f"{op}: devices disagree on its quantization ({composed[op]} vs {rule})")
-    return composed
+def rules_on(devices: frozenset[Device]) -> RuleTable:
+    """The rules of the ops any of ``devices`` runs in int8."""
+    return {op: row.rule for op, row in QUANTIZATION.items() if row.devices & devices}
 
 
 def rules_for(target) -> RuleTable:
-    """The rules of a target: its NPU's composed with its CPU's, or the CPU's alone."""
-    return compose(NPU_RULES, CPU_RULES) if target.npu is not None else dict(CPU_RULES)
+    """The rules of a target: those of the ops any of its devices runs in int8."""
+    return rules_on(devices_of(target))
+
+
+def qparam_flow(devices: frozenset[Device]) -> QparamFlow:
+    """The fixed and shared qparams of the ops ``devices`` run in int8, for ``RescaleBatchMatmulOperandsPass``."""
+    table = {op: rule for op, rule in rules_on(devices).items() if not isinstance(op, str)}
+    return QparamFlow(
+        fixed_zero_points={op: rule.zero_point for op, rule in table.items() if isinstance(rule, FixedOutput)},
+        shared_with_input=frozenset(op for op, rule in table.items() if isinstance(rule, SharedWithInput)))
+
+
+def rule_for(table: RuleTable, node: torch.fx.Node) -> Rule | None:
+    """``node``'s rule in ``table``: its op's row, or the pointwise row for an elementwise map of one tensor."""
+    rule = table.get(node.target)
+    if rule is None and POINTWISE_UNARY in table and is_elementwise_map(node):
+        return table[POINTWISE_UNARY]
+    return rule
 
 
 # Activations that fold into the preceding conv / linear's output clamp: no Q/DQ between them. Both

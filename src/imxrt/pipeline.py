@@ -29,12 +29,12 @@ from executorch.exir import (
 from torch.export import ExportedProgram
 from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
-from imxrt import firmware, integrity, output_folder, writer
+from imxrt import integrity, output_folder, writer
 from imxrt.cpu import ops as cortex_m_ops
 from imxrt.cpu.lowering import lower_to_cortex_m
 from imxrt.errors import BadModel, BadOption, CompilerBug, ImxrtError
 from imxrt.memory.budget import check_sram_budget, check_tensors_fit
-from imxrt.memory.planning import ImxrtMemoryPlanner, memory_planning_pass
+from imxrt.memory.planning_pass import ImxrtMemoryPlanner, memory_planning_pass
 from imxrt.memory.report import memory_report
 from imxrt.model_checks import called_exit, check_finite_weights, non_finite
 from imxrt.npu.backend import (
@@ -110,7 +110,7 @@ class CompileResult:
     def save(self, output: str | Path, c_header: bool = False, bundled: bytes | None = None) -> None:
         """Write ``model.pte``, ``model.etrecord``, ``report.json``, ``report.html``, ``npu/partition_<i>.tflite``
         and the converter's dumps into the folder ``output`` (with ``c_header``, also ``model_pte.h``/``.c``:
-        the program as a C array, ``imxrt.firmware``; with ``bundled``, ``model.bpte``: the program with test cases,
+        the program as a C array, ``imxrt.c_header``; with ``bundled``, ``model.bpte``: the program with test cases,
         ``imxrt.bundle``, which the C array then holds instead), and ``.imxrt-manifest.json``: each file's size
         and sha256.
 
@@ -131,7 +131,7 @@ class CompileResult:
         if bundled is not None:
             files["model.bpte"] = bundled
         if c_header:
-            header, source = firmware.render(self.pte, self.io, bundled=bundled)
+            header, source = c_header.render(self.pte, self.io, bundled=bundled)
             files["model_pte.h"], files["model_pte.c"] = header.encode("ascii"), source.encode("ascii")
         for index, tflite in enumerate(self.partitions):
             files[f"npu/partition_{index}.tflite"] = tflite
@@ -520,7 +520,7 @@ def serialize(edge: EdgeProgramManager, memory_planner: ImxrtMemoryPlanner | Non
 
 def to_executorch(edge: EdgeProgramManager, memory_planner: ImxrtMemoryPlanner | None = None
                   ) -> ExecutorchProgramManager:
-    """Memory planning (ExecuTorch's pass with our placement, ``memory.planning``) and flatbuffer
+    """Memory planning (ExecuTorch's pass with our placement, ``memory.planning_pass``) and flatbuffer
     serialization with ExecuTorch's own ``to_executorch``; a program calling an operator the stock runtime
     lacks is refused (``check_stock_kernels``)."""
     # The out variants of quantize/dequantize (the model-I/O conversions on the CPU) are registered with

@@ -49,7 +49,7 @@ from executorch.exir._serialize._program import PTEFile, deserialize_pte_binary,
 
 import imxrt
 from imxrt import integrity
-from imxrt.npu import payload as reference_payload
+from imxrt.npu import reference_payload
 from imxrt.runtime.allowlist import allowed_operators
 
 WORKER = Path(__file__).resolve().parent / "_fuzz_worker.py"

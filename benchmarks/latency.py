@@ -1,6 +1,6 @@
 """The cost model's estimates next to every published latency (the table in docs/cost_model.md).
 
-Each anchor of `imxrt.perf.calibration` is compiled for its target with the clock set to the measurement's,
+Each anchor of `imxrt.perf.published_latencies` is compiled for its target with the clock set to the measurement's,
 and its estimated latency printed beside the published figure, with the error against the published range
 and whether the anchor calibrated constants or only checks them. Then the bundled models no RT700 NPU
 figure exists for: their NPU estimate on imxrt700, the effective MACs per cycle that implies (the published
@@ -24,7 +24,7 @@ for _name in ("torchao", "torch.utils._pytree", "executorch"):
     logging.getLogger(_name).setLevel(logging.ERROR)
 warnings.filterwarnings("ignore")
 
-from imxrt.perf.calibration import ANCHORS  # noqa: E402
+from imxrt.perf.published_latencies import ANCHORS  # noqa: E402
 from imxrt.pipeline import CompileOptions, compile  # noqa: E402
 from imxrt.source import load_source  # noqa: E402
 from imxrt.targets import get_target  # noqa: E402

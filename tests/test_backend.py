@@ -5,7 +5,7 @@ import torch
 from executorch.exir._serialize._program import deserialize_pte_binary
 from executorch.exir.backend.backend_details import BackendDetails
 
-from imxrt.npu import payload
+from imxrt.npu import reference_payload
 from imxrt.pipeline import CompileOptions, compile
 
 
@@ -30,8 +30,8 @@ def test_a_foreign_neutron_backend_class_does_not_capture_our_partitions():
     (delegate,) = program.execution_plan[0].delegates
     assert delegate.id == "NeutronBackend"
     (blob,) = program.backend_delegate_data
-    assert payload.is_reference(bytes(blob.data))
-    assert payload.unpack(bytes(blob.data)).tflite == result.partitions[0]
+    assert reference_payload.is_reference(bytes(blob.data))
+    assert reference_payload.unpack(bytes(blob.data)).tflite == result.partitions[0]
     assert NeutronBackend.__name__ == "NeutronBackend"
 
 
@@ -53,7 +53,7 @@ def test_every_npu_op_maps_to_the_edge_nodes_it_came_from_and_back():
     x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(0))
     result = compile(ConvPoolAdd().eval(), (x,), "imxrt700", [(x,)], CompileOptions(show_progress=False))
     (blob,) = deserialize_pte_binary(result.pte).program.backend_delegate_data
-    ops = payload.unpack(bytes(blob.data)).metadata["ops"]
+    ops = reference_payload.unpack(bytes(blob.data)).metadata["ops"]
     mapped = {handle for op in ops for handle in op["debug_handles"]}
     assert all(op["debug_handles"] for op in ops)
     delegated = {op["debug_handle"] for op in result.report["ops"] if op["placement"] == "npu"}
@@ -63,12 +63,12 @@ def test_every_npu_op_maps_to_the_edge_nodes_it_came_from_and_back():
 
 def test_reference_payload_round_trip_is_16_byte_aligned_and_rejects_other_blobs():
     metadata = {"inputs": [], "outputs": [], "ops": []}
-    blob = payload.pack(metadata, b"TFL3" * 5)
+    blob = reference_payload.pack(metadata, b"TFL3" * 5)
     assert len(blob) % 16 == 0
-    assert payload.unpack(blob).metadata == metadata and payload.unpack(blob).tflite == b"TFL3" * 5
+    assert reference_payload.unpack(blob).metadata == metadata and reference_payload.unpack(blob).tflite == b"TFL3" * 5
     for bad in (b"", b"\x01\x01\x01" + bytes(29), blob[:40]):
         try:
-            payload.unpack(bad)
+            reference_payload.unpack(bad)
         except ValueError:
             continue
         raise AssertionError(f"{bad[:8]!r} was accepted")

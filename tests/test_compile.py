@@ -11,7 +11,7 @@ import torch
 from compiled_examples import compiled_example
 from reference_outputs import max_step_difference, tflm_and_reference
 
-from imxrt.npu import payload
+from imxrt.npu import reference_payload
 from imxrt.pipeline import CompileOptions, compile
 from imxrt.source import load_source
 
@@ -70,8 +70,8 @@ def test_image_input_format_flag_in_the_pte_payload(name, flag):
     """channels_last input: the NPU takes NHWC bytes as they are (flag 1); NCHW: TRANSPOSE inside (flag 0)."""
     _, _, result = compiled(name)
     (blob,) = _delegate_payloads(result.pte)
-    assert payload.is_reference(blob)
-    reference = payload.unpack(blob)
+    assert reference_payload.is_reference(blob)
+    reference = reference_payload.unpack(blob)
     (entry,) = reference.metadata["inputs"]
     assert entry["format_flag"] == flag
     assert reference.tflite == result.partitions[0]

@@ -485,7 +485,7 @@ def test_a_training_mode_dropout_is_kept():
 def test_a_collapsed_permutation_moves_the_same_bytes():
     """Seeded: any shape (with size-1 dimensions) and permutation, the collapsed transpose of the reshaped
     tensor reads the same elements in the same order."""
-    from imxrt.cpu.lowering_rules import collapsed_permutation
+    from imxrt.cpu.lowering_rules.shape import collapsed_permutation
 
     rng = np.random.default_rng(0)
     for _ in range(2000):

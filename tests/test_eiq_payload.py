@@ -114,9 +114,9 @@ def test_compose_refuses_what_the_runtime_would_reject(case):
 
 
 def test_a_reference_payload_does_not_parse_as_microcode():
-    from imxrt.npu import payload
+    from imxrt.npu import reference_payload
 
-    blob = payload.pack({"kind": "reference"}, b"TFL3" * 100)
+    blob = reference_payload.pack({"kind": "reference"}, b"TFL3" * 100)
     assert not microcode_payload.is_microcode_payload(blob)
     assert microcode_payload.is_microcode_payload(microcode_payload.compose(_fields()))
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from executorch.exir._serialize._program import deserialize_pte_binary
 
-from imxrt import firmware
+from imxrt import c_array
 from imxrt.cli import EXIT_USER_ERROR, main
 from imxrt.errors import BadOption
 from imxrt.pipeline import CompileOptions, compile
@@ -103,7 +103,7 @@ def test_header_cli_errors_leave_nothing(tmp_path, capsys):
     assert "report.json" in capsys.readouterr().err
     assert sorted(p.name for p in (tmp_path / "out").glob("*.[ch]")) == []
     with pytest.raises(BadOption):
-        firmware.render(compiled("int8").pte, compiled("int8").io, "bad-name")
+        c_array.render(compiled("int8").pte, compiled("int8").io, "bad-name")
 
 
 @pytest.mark.parametrize("name, accepted", [
@@ -113,10 +113,10 @@ def test_header_cli_errors_leave_nothing(tmp_path, capsys):
 ])
 def test_the_array_name_is_a_c_identifier_no_keyword_standard_or_reserved_name(name, accepted):
     if accepted:
-        firmware.check_symbol(name)
+        c_array.check_symbol(name)
     else:
         with pytest.raises(BadOption, match=f"--name: '{name}' is not valid; use a C identifier"):
-            firmware.check_symbol(name)
+            c_array.check_symbol(name)
 
 
 def test_header_cli_refuses_a_c_keyword_as_name_and_writes_nothing(tmp_path, capsys):
@@ -129,5 +129,5 @@ def test_header_cli_refuses_a_c_keyword_as_name_and_writes_nothing(tmp_path, cap
 
 
 def test_c_identifier():
-    assert firmware.c_identifier("input.0-x") == "input_0_x"
-    assert firmware.c_identifier("0x") == "_0x"
+    assert c_array.c_identifier("input.0-x") == "input_0_x"
+    assert c_array.c_identifier("0x") == "_0x"

@@ -19,7 +19,7 @@ from oracles import run_tflm, tflite_io
 import imxrt.runtime
 from imxrt.cli import EXIT_USER_ERROR, main
 from imxrt.errors import BadInput, BadOption
-from imxrt.memory.planning import ImxrtMemoryPlanner
+from imxrt.memory.planning_pass import ImxrtMemoryPlanner
 from imxrt.npu.partitioner import PlacementLog
 from imxrt.pipeline import CompileOptions, compile, lower, to_executorch
 from imxrt.runtime.inputs import quantize_input

@@ -18,10 +18,10 @@ from torch import nn
 import imxrt.runtime
 from imxrt.cli import main
 from imxrt.memory.budget import OverBudget
-from imxrt.memory.planner import PlanConflict, verify
-from imxrt.memory.planning import EXECUTORCH_GREEDY, ImxrtMemoryPlanner
+from imxrt.memory.packing import InvalidPacking, verify
+from imxrt.memory.planning_pass import EXECUTORCH_GREEDY, ImxrtMemoryPlanner
 from imxrt.memory.report import memory_report
-from imxrt.npu import payload
+from imxrt.npu import reference_payload
 from imxrt.npu.partitioner import PlacementLog
 from imxrt.pipeline import CompileOptions, compile, export, lower, quantize, serialize
 from imxrt.runtime.program import read_program
@@ -99,7 +99,7 @@ def test_verifier_catches_a_buffer_moved_onto_one_live_with_it(programs):
     largest = max(plan.buffers, key=lambda b: (b.nbytes, -b.index))
     other = next(b for b in plan.buffers if b is not largest and b.nbytes and b.lives_with(largest))
     verify(plan.buffers, plan.chosen.offsets)
-    with pytest.raises(PlanConflict, match="overlap"):
+    with pytest.raises(InvalidPacking, match="overlap"):
         verify(plan.buffers, plan.chosen.offsets | {largest.index: plan.chosen.offsets[other.index]})
 
 
@@ -123,7 +123,7 @@ def test_npu_scratch_is_each_partitions_own(tmp_path):
     result = compile(_model(), INPUTS, "imxrt700", [INPUTS], CompileOptions(show_progress=False))
     program = read_program(result.pte)
     blobs = [program.delegate_data[d.processed.index] for d in program.plan.delegates]
-    expected = [payload.unpack(blob).metadata["scratch_bytes"] for blob in blobs]
+    expected = [reference_payload.unpack(blob).metadata["scratch_bytes"] for blob in blobs]
     assert result.report["memory"]["npu_scratch_bytes"] == expected and sum(expected) > 0
 
 

@@ -10,7 +10,7 @@ import pytest
 from imxrt.cli import parse_bytes
 from imxrt.errors import BadOption
 from imxrt.memory.lifetimes import Buffer, peak
-from imxrt.memory.planner import EXHAUSTIVE_MAX_BUFFERS, Placement, PlanConflict, plan, search, verify
+from imxrt.memory.packing import EXHAUSTIVE_MAX_BUFFERS, InvalidPacking, Placement, plan, search, verify
 
 
 def chain(*spans: tuple[int, int, int]) -> list[Buffer]:
@@ -34,7 +34,7 @@ def test_a_buffer_inside_its_base_counts_once_in_the_peak():
 def test_verify_rejects_live_buffers_sharing_bytes():
     """b0 at [0, 100) and b1 at [96, 146) are both live at step 1: four bytes in common."""
     buffers = chain((100, 0, 1), (50, 1, 2))
-    with pytest.raises(PlanConflict, match="b0 .* b1 .* overlap"):
+    with pytest.raises(InvalidPacking, match="b0 .* b1 .* overlap"):
         verify(buffers, {0: 0, 1: 96})
 
 

@@ -14,7 +14,7 @@ import torch
 from torch.fx import Graph
 
 from imxrt.cpu.isa import Isa
-from imxrt.perf import calibration, cpu, npu
+from imxrt.perf import cpu, npu, published_latencies
 from imxrt.perf.estimate import latency_line
 from imxrt.pipeline import CompileOptions, compile
 from imxrt.source import load_source
@@ -139,20 +139,20 @@ def test_cpu_pool_counts_window_taps_and_view_is_free():
 
 
 def test_anchor_error_is_zero_inside_the_published_range():
-    anchor = calibration.ANCHORS[0]
+    anchor = published_latencies.ANCHORS[0]
     assert anchor.error(580.0) == 0.0
     assert anchor.error(595.0 * 1.1) == pytest.approx(0.1)
     assert anchor.error(576.0 * 0.9) == pytest.approx(-0.1)
 
 
-def _estimate(anchor: calibration.Anchor) -> dict:
+def _estimate(anchor: published_latencies.Anchor) -> dict:
     source = load_source(str(EXAMPLES / f"{anchor.model}.py"))
     result = compile(source.model, source.example_inputs, anchor.target_at_clock(), list(source.calibration),
                      CompileOptions(show_progress=False))
     return result.report
 
 
-CALIBRATION_POINTS = [a for a in calibration.ANCHORS if a.calibrates and a.target != "cortex-m85"]
+CALIBRATION_POINTS = [a for a in published_latencies.ANCHORS if a.calibrates and a.target != "cortex-m85"]
 
 
 @pytest.mark.parametrize("anchor", CALIBRATION_POINTS, ids=lambda a: f"{a.model}-{a.target}")
@@ -160,7 +160,7 @@ def test_calibration_point_within_tolerance(anchor):
     report = _estimate(anchor)
     latency = report["latency"]
     assert latency["estimate"] is True
-    assert abs(anchor.error(latency["total"]["us"])) <= calibration.TOLERANCE, latency["total"]
+    assert abs(anchor.error(latency["total"]["us"])) <= published_latencies.TOLERANCE, latency["total"]
     # the total is the CPU time plus every partition call, and each op's share appears in the op table
     clock = latency["clock_hz"]["cpu"]
     assert latency["total"]["us"] == pytest.approx(
@@ -175,5 +175,5 @@ def test_calibration_point_within_tolerance(anchor):
 
 
 def test_estimate_is_deterministic():
-    anchor = calibration.ANCHORS[0]
+    anchor = published_latencies.ANCHORS[0]
     assert _estimate(anchor)["latency"] == _estimate(anchor)["latency"]

@@ -10,9 +10,9 @@ from html.parser import HTMLParser
 import pytest
 
 from imxrt.cli import EXIT_USER_ERROR, main
-from imxrt.memory import planner
+from imxrt.memory import packing
 from imxrt.memory.lifetimes import Buffer, peak
-from imxrt.memory.planning import MemoryPlan
+from imxrt.memory.planning_pass import MemoryPlan
 from imxrt.memory.report import _memory_entry
 from imxrt.pipeline import CompileResult
 from imxrt.report.html import render
@@ -196,7 +196,7 @@ def test_cpu_only_report_without_plan_details_still_renders():
 def test_memory_entry_carries_each_tensor_offset_and_lifetime():
     buffers = [Buffer(0, "x", 64, 0, 2, role="input"), Buffer(1, "conv.out", 32, 2, 4),
                Buffer(2, "conv.scratch", 16, 2, 2, role="scratch"), Buffer(3, "view", 8, 3, 4, base=1, base_offset=8)]
-    chosen, tried = planner.plan(buffers)
+    chosen, tried = packing.plan(buffers)
     plan = MemoryPlan(memory_id=1, buffers=tuple(buffers), chosen=chosen, tried=tuple((p.label, p.size) for p in tried),
                       bound=peak(buffers), start=0, executorch_bytes=chosen.size)
     entry = _memory_entry(plan)

@@ -25,7 +25,7 @@ except ImportError as error:  # the LiteRT executor is the one piece a delegated
 from compiled_examples import NAMES, compiled_example  # noqa: E402
 
 import imxrt.runtime  # noqa: E402
-from imxrt.npu import payload  # noqa: E402
+from imxrt.npu import reference_payload  # noqa: E402
 from imxrt.pipeline import CompileOptions, compile  # noqa: E402
 
 
@@ -35,7 +35,7 @@ class Compiled:
     def __init__(self, name: str, example: tuple[torch.Tensor, ...], result) -> None:
         self.name, self.example, self.result = name, example, result
         self.program = imxrt.runtime.load(result.pte)
-        self.metadata = payload.unpack(self.program.file.delegate_data[0]).metadata
+        self.metadata = reference_payload.unpack(self.program.file.delegate_data[0]).metadata
 
 
 class ConvPair(torch.nn.Module):

@@ -25,7 +25,7 @@ from oracles import run_reference, tflite_io
 
 import imxrt.runtime
 from imxrt.errors import BadFile, ImxrtError
-from imxrt.npu import payload as reference_payload
+from imxrt.npu import reference_payload
 from imxrt.npu.litert.ir import Graph, Operator, PerChannel, PerTensor, Tensor
 from imxrt.npu.litert.writer import write_model
 from imxrt.runtime import neutron

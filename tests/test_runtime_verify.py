@@ -28,7 +28,7 @@ import imxrt
 import imxrt.runtime
 from imxrt.errors import BadFile
 from imxrt.kernels import conv, pooling
-from imxrt.npu import payload
+from imxrt.npu import reference_payload
 from imxrt.runtime import interpreter, program
 
 INPUT_SHAPE = (1, 3, 6, 6)
@@ -120,7 +120,7 @@ def _huge_cortex_m_pool(cpu: bytes, delegated: bytes) -> bytes:
 def _huge_litert_pool(cpu: bytes, delegated: bytes) -> bytes:
     """The subgraph's MAX_POOL_2D made 65535x65535 SAME: still a 2x2 output, 4.3 * 10^9 taps."""
     def edit(program):
-        reference = payload.unpack(program.backend_delegate_data[0].data)
+        reference = reference_payload.unpack(program.backend_delegate_data[0].data)
         model = tflite_schema.ModelT.InitFromPackedBuf(bytearray(reference.tflite), 0)
         for op in model.subgraphs[0].operators:
             if model.operatorCodes[op.opcodeIndex].builtinCode == tflite_schema.BuiltinOperator.MAX_POOL_2D:
@@ -128,7 +128,7 @@ def _huge_litert_pool(cpu: bytes, delegated: bytes) -> bytes:
                 op.builtinOptions.padding = tflite_schema.Padding.SAME
         builder = flatbuffers.Builder(1024)
         builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-        program.backend_delegate_data[0].data = payload.pack(reference.metadata, bytes(builder.Output()))
+        program.backend_delegate_data[0].data = reference_payload.pack(reference.metadata, bytes(builder.Output()))
     return edited(delegated, edit)
 
 
@@ -313,8 +313,8 @@ def test_a_loop_may_jump_back_up_to_the_budget(cpu, jumps_back, runs):
 def _with_metadata_text(delegated: bytes, text: bytes) -> bytes:
     """The delegate's payload with its metadata JSON replaced by ``text`` (padded with spaces)."""
     def edit(program):
-        reference = payload.unpack(program.backend_delegate_data[0].data)
-        blob = payload.pack({"x": "x" * (len(text) + 16)}, reference.tflite)
+        reference = reference_payload.unpack(program.backend_delegate_data[0].data)
+        blob = reference_payload.pack({"x": "x" * (len(text) + 16)}, reference.tflite)
         placeholder = json.dumps({"x": "x" * (len(text) + 16)}, separators=(",", ":")).encode()
         program.backend_delegate_data[0].data = blob.replace(placeholder, text.ljust(len(placeholder)))
     return edited(delegated, edit)
@@ -323,28 +323,28 @@ def _with_metadata_text(delegated: bytes, text: bytes) -> bytes:
 def test_deeply_nested_payload_json_is_one_bad_file(delegated):
     nested = b"[" * 100_000 + b"]" * 100_000
     with pytest.raises(BadFile, match="NeutronBackend delegate 0: reference payload metadata nests 100000 deep, "
-                                      f"more than {payload.MAX_METADATA_DEPTH}"):
+                                      f"more than {reference_payload.MAX_METADATA_DEPTH}"):
         imxrt.runtime.load(_with_metadata_text(delegated, nested))
 
 
-@pytest.mark.parametrize("depth, parses", [(payload.MAX_METADATA_DEPTH, True),
-                                           (payload.MAX_METADATA_DEPTH + 1, False)])
+@pytest.mark.parametrize("depth, parses", [(reference_payload.MAX_METADATA_DEPTH, True),
+                                           (reference_payload.MAX_METADATA_DEPTH + 1, False)])
 def test_metadata_depth_boundary(depth, parses):
     """An object holding arrays: '{"a":' + '[' * (depth - 1) + ']' * (depth - 1) + '}', with '[' in a string
     that must not count."""
     text = b'{"s":"[[[[","a":' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
     if parses:
-        assert payload.parse_metadata(text)["s"] == "[[[["
+        assert reference_payload.parse_metadata(text)["s"] == "[[[["
     else:
         with pytest.raises(ValueError, match=f"nests {depth} deep"):
-            payload.parse_metadata(text)
+            reference_payload.parse_metadata(text)
 
 
 def test_metadata_size_boundary():
-    text = b'{"a":"' + b"x" * (payload.MAX_METADATA_BYTES - 8) + b'"}'
-    assert len(payload.parse_metadata(text)["a"]) == payload.MAX_METADATA_BYTES - 8
-    with pytest.raises(ValueError, match=f"more than {payload.MAX_METADATA_BYTES:,}"):
-        payload.parse_metadata(text[:-2] + b'x"}')
+    text = b'{"a":"' + b"x" * (reference_payload.MAX_METADATA_BYTES - 8) + b'"}'
+    assert len(reference_payload.parse_metadata(text)["a"]) == reference_payload.MAX_METADATA_BYTES - 8
+    with pytest.raises(ValueError, match=f"more than {reference_payload.MAX_METADATA_BYTES:,}"):
+        reference_payload.parse_metadata(text[:-2] + b'x"}')
 
 
 @pytest.mark.parametrize("arguments, problem", [
@@ -382,8 +382,8 @@ def test_a_pool_window_of_padding_only_is_refused():
 def test_a_delegate_io_map_pointing_outside_the_call_is_refused(delegated):
     """Argument -1 would read the call's last argument (its output) as the subgraph's input."""
     def edit(program):
-        reference = payload.unpack(program.backend_delegate_data[0].data)
+        reference = reference_payload.unpack(program.backend_delegate_data[0].data)
         reference.metadata["inputs"][0]["arg"] = -1
-        program.backend_delegate_data[0].data = payload.pack(reference.metadata, reference.tflite)
+        program.backend_delegate_data[0].data = reference_payload.pack(reference.metadata, reference.tflite)
     with pytest.raises(BadFile, match="NeutronBackend delegate 0: its input .* is argument -1 of the call's 1 inputs"):
         imxrt.runtime.load(edited(delegated, edit))

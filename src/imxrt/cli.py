@@ -326,17 +326,17 @@ def paired_report(pte: Path, report: Path | None) -> Path:
 
 
 def _header(args: argparse.Namespace) -> int:
-    from imxrt import firmware, output_folder
+    from imxrt import c_array, output_folder
     from imxrt.files import read_regular
     from imxrt.runtime.program import HOST_MEMORY_CAP, PROGRAM_FILE
 
-    firmware.check_symbol(args.name)  # before reading anything
+    c_array.check_symbol(args.name)  # before reading anything
     pte = read_regular(args.pte, HOST_MEMORY_CAP, PROGRAM_FILE)
     io = read_io(paired_report(args.pte, args.report))
     folder = args.output or args.pte.parent
     names = [f"{args.name}.h", f"{args.name}.c"]
     output_folder.check_overwrite(folder, names)  # a compile's folder: never over a file of the user's
-    paths = firmware.write(folder, pte, io, args.name)
+    paths = c_array.write(folder, pte, io, args.name)
     output_folder.adopt(folder, names)  # the next compile there replaces or removes them
     print(f"wrote {paths[0]} and {paths[1]} ({len(pte):,} program bytes)")
     return 0

@@ -76,3 +76,43 @@ def _produce(what: str, index: int, function):
         first = f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
         raise BadInput(f"{what} sample {index}: reading the {what} data raised {first}; fix the code that "
                        "produces the samples") from e
+
+
+def check_inputs(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """The model must be float with float tensor inputs: int8 conversion is this compiler's job."""
+    if not isinstance(model, torch.nn.Module):
+        raise BadModel(f"expected a torch.nn.Module, got {type(model).__name__}")
+    example_inputs = check_example_inputs(example_inputs)
+    for name, p in list(model.named_parameters()) + list(model.named_buffers()):
+        if p.dtype in (torch.int64, torch.bool):
+            continue  # BatchNorm's num_batches_tracked is int64
+        if not p.dtype.is_floating_point:
+            raise BadModel(f"parameter {name} is {p.dtype}; give the float model, imxrt quantizes it itself")
+        if p.dtype != torch.float32:
+            raise BadModel(f"parameter {name} is {p.dtype}; imxrt quantizes float32 models: call model.float()")
+    check_finite_weights(model)
+    return example_inputs
+
+
+def check_example_inputs(example_inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """A non-empty tuple of finite float32 tensors."""
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    example_inputs = tuple(example_inputs)
+    if not example_inputs:
+        raise BadModel("example inputs must be a non-empty tuple of tensors")
+    for index, value in enumerate(example_inputs):
+        if not isinstance(value, torch.Tensor):
+            raise BadModel(f"example input {index} is a {type(value).__name__}, not a tensor: a program's inputs "
+                           "are tensors; make a Python number a constant of the model, or pass it as a tensor")
+    for index, x in enumerate(example_inputs):
+        if not x.dtype.is_floating_point:
+            raise BadModel(f"example input {index} is {x.dtype}; give the float model and float inputs, "
+                           "imxrt quantizes them itself")
+        if x.dtype != torch.float32:
+            raise BadModel(f"example input {index} is {x.dtype}; imxrt quantizes float32 models: pass "
+                           "float32 inputs (x.float()) and a float32 model (model.float())")
+        found = non_finite(x)
+        if found:  # they calibrate when no calibration data is given, and trace forward()
+            raise BadModel(f"example input {index} holds {found}; give finite example inputs")
+    return example_inputs

@@ -350,7 +350,7 @@ def _written_by_imxrt(folder: Path, name: str) -> bool:
 
 
 def c_banner(symbol: str, what: str) -> str:
-    """The first line of the C file imxrt writes for ``symbol`` (``imxrt.firmware``), saying ``what`` it holds:
+    """The first line of the C file imxrt writes for ``symbol`` (``imxrt.c_array``), saying ``what`` it holds:
     how a compile tells its own ``<symbol>.h``/``.c`` from a C file of the user's of the same name."""
     return f"/* {symbol}: {what}. {_GENERATED} */"
 

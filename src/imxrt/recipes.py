@@ -32,7 +32,7 @@ from executorch.export import (
 )
 
 from imxrt.cpu.lowering import LowerToCortexMPass
-from imxrt.memory.planning import ImxrtMemoryPlanner, memory_planning_pass
+from imxrt.memory.planning_pass import ImxrtMemoryPlanner, memory_planning_pass
 from imxrt.npu.backend import stamp_delegate_ids
 from imxrt.npu.partitioner import KEEP_WHOLE, NpuPartitioner
 from imxrt.passes import EDGE_PASSES, run_aten_passes

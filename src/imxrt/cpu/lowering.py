@@ -30,7 +30,8 @@ from imxrt import macs
 from imxrt.cpu.isa import Isa
 from imxrt.cpu.lowering_graph import Editor
 from imxrt.cpu.lowering_layout import assign_dim_orders, canonicalize_strides
-from imxrt.cpu.lowering_rules import POINTWISE, NotLowered, Rewrite, cortex_m, row_for
+from imxrt.cpu.lowering_rules import POINTWISE, row_for
+from imxrt.cpu.lowering_rules.common import NotLowered, Rewrite, cortex_m
 from imxrt.npu.partitioner import PlacementLog
 from imxrt.npu.support import not_quantized_reason, op_name
 from imxrt.passes.qdq import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR, find_clusters, is_compute

@@ -36,7 +36,7 @@ from executorch.exir.tensor import dim_order_from_stride
 from torch.fx import Graph, Node
 
 from imxrt.cpu.lowering_graph import inherit_provenance
-from imxrt.cpu.lowering_rules import cortex_m
+from imxrt.cpu.lowering_rules.common import cortex_m
 from imxrt.npu.backend import argument_format_flags
 
 CHANNELS_LAST = (0, 2, 3, 1)

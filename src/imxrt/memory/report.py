@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from executorch.exir import schema
 
 from imxrt.memory.lifetimes import Buffer
-from imxrt.memory.planning import MemoryPlan
-from imxrt.npu import microcode_payload, payload
+from imxrt.memory.planning_pass import MemoryPlan
+from imxrt.npu import microcode_payload, reference_payload
 from imxrt.runtime.program import ProgramFile, read_program, tensor_nbytes
 from imxrt.targets import Target
 
@@ -72,8 +72,8 @@ def npu_scratch_bytes(program: ProgramFile) -> list[int]:
     result = []
     for delegate in program.plan.delegates:
         blob = program.delegate_data[delegate.processed.index]
-        if payload.is_reference(blob):
-            result.append(int(payload.unpack(blob).metadata.get("scratch_bytes", 0)))
+        if reference_payload.is_reference(blob):
+            result.append(int(reference_payload.unpack(blob).metadata.get("scratch_bytes", 0)))
         elif microcode_payload.is_microcode_payload(blob):
             header = microcode_payload.parse(blob).header
             result.append(header.scratch_bytes + header.profile_bytes + header.debug_bytes)
@@ -123,8 +123,8 @@ def delegate_temp_bytes(program: ProgramFile) -> list[int]:
 def _delegate_io(blob: bytes, n_args: int) -> tuple[list[int], list[tuple[str, int | None]]] | None:
     """A payload's per-call buffers (scratch, profile, debug) and, inputs then outputs, each tensor's
     position among the call's arguments where its format flag asks for NHWC (``None`` where it does not)."""
-    if payload.is_reference(blob):
-        meta = payload.unpack(blob).metadata
+    if reference_payload.is_reference(blob):
+        meta = reference_payload.unpack(blob).metadata
         first_output = n_args - len(meta["outputs"])
         flagged = [("in", e["arg"] if e["format_flag"] else None) for e in meta["inputs"]]
         flagged += [("out", first_output + e["arg"] if e["format_flag"] else None) for e in meta["outputs"]]

@@ -18,7 +18,7 @@ from torch.fx import Node
 
 from imxrt import macs
 from imxrt.errors import BadOption
-from imxrt.npu import microcode_payload, payload
+from imxrt.npu import microcode_payload, reference_payload
 from imxrt.npu.compilers import eiq, eiq_kernels, reference
 from imxrt.npu.litert import lower_partition
 from imxrt.passes.qdq import is_compute
@@ -93,8 +93,8 @@ def argument_format_flags(module: LoweredBackendModule) -> tuple[int, ...]:
     channels_last tensor as it is and transposes a contiguous one), 0 where it reads the tensor's bytes as
     they are (a contiguous tensor: the subgraph transposes, if it must)."""
     blob = bytes(module.processed_bytes)
-    if payload.is_reference(blob):
-        return tuple(int(io["format_flag"]) for io in payload.unpack(blob).metadata["inputs"])
+    if reference_payload.is_reference(blob):
+        return tuple(int(io["format_flag"]) for io in reference_payload.unpack(blob).metadata["inputs"])
     parsed = microcode_payload.parse(blob)
     flags = [0] * parsed.n_args
     for arg, flag in zip(parsed.input_map, parsed.input_flags, strict=True):
@@ -109,7 +109,7 @@ def check_device_layouts(edge: EdgeProgramManager) -> None:
     orders after it, so the two are checked together here."""
     for node, module in _neutron_calls(edge):
         blob = bytes(module.processed_bytes)
-        if payload.is_reference(blob):
+        if reference_payload.is_reference(blob):
             continue  # runs on the host, whose runtime takes any dim order
         parsed = microcode_payload.parse(blob)
         outputs = {user.args[1]: user for user in node.users}  # getitem(call, j)
@@ -127,7 +127,7 @@ def check_device_layouts(edge: EdgeProgramManager) -> None:
 def payload_description(blob: bytes) -> dict:
     """What a delegate holds, for the report: ``payload`` is ``reference`` (imxrt's host payload, no device
     code) or ``microcode`` (the stock runtime's payload: eIQ Neutron SDK output, with its header figures)."""
-    if payload.is_reference(blob):
+    if reference_payload.is_reference(blob):
         return {"payload": "reference"}
     try:
         parsed = microcode_payload.parse(blob)

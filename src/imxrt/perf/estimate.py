@@ -18,7 +18,7 @@ from executorch.exir.lowered_backend_module import LoweredBackendModule
 from torch.fx import Node
 
 from imxrt import macs
-from imxrt.npu import payload
+from imxrt.npu import reference_payload
 from imxrt.npu.backend import DELEGATE_ID
 from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
 from imxrt.perf import cpu, npu
@@ -71,8 +71,8 @@ def _partition(delegate: LoweredBackendModule, index: int, target: Target) -> tu
     config = target.npu
     nodes = [n for n in delegate.original_module.graph.nodes if is_compute(n)]
     blob = bytes(delegate.processed_bytes)
-    if payload.is_reference(blob):
-        reference = payload.unpack(blob)
+    if reference_payload.is_reference(blob):
+        reference = reference_payload.unpack(blob)
         handles = [tuple(op["debug_handles"]) for op in reference.metadata["ops"]]
         costs = [npu.kernel_cost(op, config) for op in npu.read_ops(reference.tflite)]
         kernels = list(zip(costs, handles, strict=True))

@@ -29,7 +29,7 @@ from executorch.exir import schema
 from imxrt import writer
 from imxrt.errors import BadFile
 from imxrt.files import JSON_LIMIT, read_text
-from imxrt.npu import payload
+from imxrt.npu import reference_payload
 from imxrt.profiling.instructions import operator_name
 
 if TYPE_CHECKING:
@@ -107,8 +107,8 @@ def estimated_events(plan: schema.ExecutionPlan, delegate_data: list[bytes], rep
         blob = delegate_data[plan.delegates[instructions[index].instr_args.delegate_index].processed.index]
         kernels: list[Event] = []
         clock.advance(partition["overhead_cycles"], npu_hz)
-        if payload.is_reference(blob):
-            ops = payload.unpack(blob).metadata["ops"]
+        if reference_payload.is_reference(blob):
+            ops = reference_payload.unpack(blob).metadata["ops"]
             for kernel_id, (op, kernel) in enumerate(zip(ops, partition["kernels"], strict=True)):
                 kernel_start = clock.ns()
                 kernel_end = clock.advance(kernel["cycles"], npu_hz)

@@ -16,7 +16,7 @@ from executorch.exir.lowered_backend_module import LoweredBackendModule
 from torch.fx import Node
 
 from imxrt import macs
-from imxrt.npu import payload
+from imxrt.npu import reference_payload
 from imxrt.npu.backend import DELEGATE_ID, delegate_info, payload_description
 from imxrt.npu.compilers.reference import litert_ops
 from imxrt.npu.partitioner import PlacementLog
@@ -53,7 +53,8 @@ def build_report(
             index = len(partitions)
             blob = bytes(delegate.processed_bytes)
             info = delegate_info(delegate)  # the LiteRT subgraph survives only here for a microcode payload
-            tflite = info.tflite if info else payload.unpack(blob).tflite if payload.is_reference(blob) else b""
+            tflite = info.tflite if info else \
+                reference_payload.unpack(blob).tflite if reference_payload.is_reference(blob) else b""
             tflites.append(tflite)
             nodes = [n for n in delegate.original_module.graph.nodes if is_compute(n)]
             fused = _fused_into(info.op_debug_handles if info else (), nodes)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from imxrt.errors import BadFile, ImxrtError
-from imxrt.npu import payload as reference_payload
+from imxrt.npu import reference_payload
 
 if TYPE_CHECKING:
     from imxrt.runtime.litert import TensorSpec

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 from ai_edge_litert import schema_py_generated as tfl
 
-from imxrt.memory import planner
+from imxrt.memory import packing
 from imxrt.memory.lifetimes import Buffer
-from imxrt.npu import payload
+from imxrt.npu import reference_payload
 from imxrt.targets import NeutronConfig
 
 if TYPE_CHECKING:
@@ -58,11 +58,11 @@ def plan_scratch(tflite: bytes) -> int:
             continue
         elements = int(np.prod(tensor.shape)) if tensor.shape is not None else 1
         name = tensor.name.decode() if isinstance(tensor.name, bytes) else str(tensor.name)
-        buffers.append(Buffer(len(buffers), name, payload.align(elements * _ITEM_BYTES.get(tensor.type, 4)),
+        buffers.append(Buffer(len(buffers), name, reference_payload.align(elements * _ITEM_BYTES.get(tensor.type, 4)),
                               first[t], last[t], memory_id=0))
     if not buffers:
         return 0
-    best, _ = planner.plan(buffers)
+    best, _ = packing.plan(buffers)
     return best.size
 
 
@@ -99,4 +99,4 @@ def compile_partition(subgraph: LiteRTSubgraph, npu: NeutronConfig, macs: int) -
         "scratch_bytes": plan_scratch(subgraph.tflite),
         "macs": macs,
     }
-    return payload.pack(metadata, subgraph.tflite)
+    return reference_payload.pack(metadata, subgraph.tflite)

@@ -1,4 +1,4 @@
-"""Memory stage, placement: offsets for buffers with known lifetimes, smallest arena wins.
+"""Memory stage, packing: offsets for buffers with known lifetimes, smallest arena wins.
 
 Cost: the arena's size, i.e. the highest end offset of any buffer; candidates are compared by it alone
 (ties: the earlier candidate in ``CANDIDATE_ORDERS``, then the search).
@@ -34,8 +34,9 @@ class Placement:
     size: int  # arena bytes: max(offset + nbytes)
 
 
-class PlanConflict(AssertionError):
-    """Two buffers live at the same step share bytes: a planner bug, never a user error."""
+class InvalidPacking(AssertionError):
+    """A packing that leaves a buffer without an offset, or puts two buffers live at the same step on shared
+    bytes: a planner bug, never a user error."""
 
 
 def _duration(b: Buffer) -> int:
@@ -200,11 +201,11 @@ def plan(buffers: Sequence[Buffer], start: int = 0,
 
 
 def verify(buffers: Sequence[Buffer], offsets: dict[int, int]) -> None:
-    """Raise ``PlanConflict`` if two buffers live at the same step share a byte (a buffer may share its
+    """Raise ``InvalidPacking`` if two buffers live at the same step share a byte (a buffer may share its
     base's bytes), or a buffer lacks an offset."""
     missing = [b.name for b in buffers if b.index not in offsets]
     if missing:
-        raise PlanConflict(f"no offset for {missing[:3]}")
+        raise InvalidPacking(f"no offset for {missing[:3]}")
     by_index = {b.index: b for b in buffers}
 
     def related(a: Buffer, b: Buffer) -> bool:
@@ -217,7 +218,7 @@ def verify(buffers: Sequence[Buffer], offsets: dict[int, int]) -> None:
         for b in live[i + 1:bisect.bisect_right(starts, a.last)]:
             overlap = offsets[a.index] < offsets[b.index] + b.nbytes and offsets[b.index] < offsets[a.index] + a.nbytes
             if overlap and not related(a, b):
-                raise PlanConflict(
+                raise InvalidPacking(
                     f"{a.name} (steps {a.first}..{a.last}, bytes {offsets[a.index]}+{a.nbytes}) and {b.name} "
                     f"(steps {b.first}..{b.last}, bytes {offsets[b.index]}+{b.nbytes}) are live together and overlap")
 

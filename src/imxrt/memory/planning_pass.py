@@ -1,8 +1,8 @@
-"""Memory stage, the plan: our placement plugged into ExecuTorch's ``MemoryPlanningPass``.
+"""Memory stage, the planning pass: our packing plugged into ExecuTorch's ``MemoryPlanningPass``.
 
 ``ImxrtMemoryPlanner`` is the ``memory_planning_algo`` of ExecuTorch's pass (``to_executorch`` calls it
 with the TensorSpecs to place, their lifetimes already set). Per memory id it runs ExecuTorch's own
-``greedy`` (its default) as one candidate beside ours (``planner.plan``) and keeps the smallest; on a tie
+``greedy`` (its default) as one candidate beside ours (``packing.plan``) and keeps the smallest; on a tie
 ExecuTorch's placement stays, so a program no candidate improves is the one ExecuTorch would have
 written. The winner is verified against lifetimes recomputed from the graph, written onto the specs, and
 recorded as a ``MemoryPlan`` value for the memory report.
@@ -18,7 +18,7 @@ from executorch.exir.memory_planning import greedy
 from executorch.exir.passes import MemoryPlanningPass
 from executorch.exir.tensor import ALIGNMENT
 
-from imxrt.memory import planner
+from imxrt.memory import packing
 from imxrt.memory.lifetimes import Buffer, Peak, graph_lifetimes, peak, spec_labels
 
 EXECUTORCH_GREEDY = "executorch greedy"
@@ -30,7 +30,7 @@ class MemoryPlan:
 
     memory_id: int
     buffers: tuple[Buffer, ...]
-    chosen: planner.Placement
+    chosen: packing.Placement
     tried: tuple[tuple[str, int], ...]  # (label, arena bytes) of every candidate, in the order tried
     bound: Peak  # the lower bound for this operator order (its bytes include ``start``)
     start: int  # bytes reserved below the plan (control-flow submodules' arenas)
@@ -71,11 +71,11 @@ class ImxrtMemoryPlanner:
         for memory_id in sorted(by_memory):
             buffers = by_memory[memory_id]
             start = reserved[memory_id] if memory_id < len(reserved) else 0
-            theirs = planner.Placement(
+            theirs = packing.Placement(
                 EXECUTORCH_GREEDY, {b.index: executorch.spec_dict[specs[b.index]].mem_offset for b in buffers},
                 executorch.bufsizes[memory_id] - extra_padding)
-            chosen, tried = planner.plan(buffers, start, extra=[theirs])
-            planner.verify(_relived(buffers, specs, independent), chosen.offsets)
+            chosen, tried = packing.plan(buffers, start, extra=[theirs])
+            packing.verify(_relived(buffers, specs, independent), chosen.offsets)
             bound = peak(buffers)
             self.plans.append(MemoryPlan(
                 memory_id=memory_id, buffers=tuple(buffers), chosen=chosen,

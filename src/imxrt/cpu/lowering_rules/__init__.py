@@ -1,0 +1,100 @@
+"""CPU lowering, per-op knowledge: how each int8 edge cluster becomes a cortex_m op (one ordered table).
+
+A cluster is ``dequantize -> op [-> fused activation] -> quantize`` (``passes.qdq``). Its row in ``CPU_KERNELS``
+builds the replacement from the cluster's int8 inputs, following the stock cortex_m library's conventions
+(reference/cortex_m.md): CMSIS weight layouts as new constants, requantization as (multiplier, shift) pairs
+computed the way TFLM computes them from float32 scales, ``input_offset = -zp_in``, fused clamps as
+``activation_min/max``, scratch as memory-planned ``uint8`` allocs sized for the ISA. A row that cannot take
+a particular cluster raises ``NotLowered`` with the reason, and the op stays float on the CPU.
+
+Example: ``dq(x) -> convolution(dq(w), dq(b)) -> relu -> q`` becomes
+``cortex_m.quantized_conv2d(x, w_ohwi, b, stride, padding, dilation, -zp_in, zp_out, M[c], shift[c],
+act_min, act_max, alloc(uint8[N]))``.
+
+The rows' functions live in one module per op family, the families of the NPU's converters
+(``npu/litert/converters``): conv, linear, elementwise, pool, reduce, pad, shape; ``common`` holds the
+cluster being rewritten (``Rewrite``). A duplicate op raises at import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch.fx import Node
+
+from imxrt.cpu.lowering_rules import conv, elementwise, linear, pad, pool, reduce, shape
+from imxrt.cpu.lowering_rules.common import Rewrite, edge
+
+
+@dataclass(frozen=True)
+class CpuKernel:
+    """One row: the kernel the report names and how a cluster of the op becomes it."""
+
+    kernel: str
+    lower: Callable[[Rewrite], Node]
+
+
+_LUT = "cortex_m::quantized_activation"
+_PORTABLE = "portable (int8)"
+
+_TABLE: list[tuple[object, CpuKernel]] = [
+    # weighted
+    (edge.convolution.default, CpuKernel("cortex_m::quantized_conv2d / depthwise / transpose", conv.lower_convolution)),
+    (edge.linear.default, CpuKernel("cortex_m::quantized_linear", linear.lower_linear)),
+    (edge.mm.default, CpuKernel("cortex_m::quantized_linear", linear.lower_mm)),
+    (edge.bmm.default, CpuKernel("cortex_m::quantized_batch_matmul", linear.lower_bmm)),
+    # binary elementwise
+    (edge.add.Tensor, CpuKernel("cortex_m::quantized_add", elementwise.lower_add)),
+    (edge.sub.Tensor, CpuKernel("cortex_m::quantized_add (negated second multiplier)", elementwise.lower_sub)),
+    (edge.mul.Tensor, CpuKernel("cortex_m::quantized_mul", elementwise.lower_mul)),
+    (edge.div.Tensor, CpuKernel("cortex_m::quantized_div", elementwise.lower_div)),
+    (edge.maximum.default, CpuKernel("cortex_m::maximum", elementwise.lower_min_max("maximum"))),
+    (edge.minimum.default, CpuKernel("cortex_m::minimum", elementwise.lower_min_max("minimum"))),
+    # activations and unary math: lookup tables
+    *((op, CpuKernel(_LUT, elementwise.lower_lut(build))) for op, build in elementwise.LUTS.items()),
+    # pooling and reductions
+    (edge.avg_pool2d.default, CpuKernel("cortex_m::quantized_avg_pool2d", pool.lower_avg_pool)),
+    (edge._adaptive_avg_pool2d.default, CpuKernel("cortex_m::quantized_avg_pool2d", pool.lower_adaptive_avg_pool)),
+    (edge.max_pool2d.default, CpuKernel("cortex_m::quantized_max_pool2d", pool.lower_max_pool)),
+    (edge.max_pool2d_with_indices.default, CpuKernel("cortex_m::quantized_max_pool2d", pool.lower_max_pool)),
+    (edge.mean.dim, CpuKernel("cortex_m::quantized_avg_pool2d", pool.lower_spatial_mean)),
+    (edge.sum.dim_IntList, CpuKernel("cortex_m::quantized_linear (a weight of ones)", reduce.lower_sum)),
+    (edge.amax.default, CpuKernel(_PORTABLE, shape.lower_portable)),
+    (edge.amin.default, CpuKernel(_PORTABLE, shape.lower_portable)),
+    (edge._softmax.default, CpuKernel("cortex_m::softmax", reduce.lower_softmax)),
+    # padding
+    (edge.constant_pad_nd.default, CpuKernel("cortex_m::pad", pad.lower_pad)),
+    *((op, CpuKernel(_PORTABLE, shape.lower_portable)) for op in (
+        edge.reflection_pad1d.default, edge.reflection_pad2d.default, edge.reflection_pad3d.default,
+        edge.replication_pad1d.default, edge.replication_pad2d.default, edge.replication_pad3d.default)),
+    # data movement
+    (edge.permute_copy.default, CpuKernel("cortex_m::transpose", shape.lower_permute)),
+    *((op, CpuKernel(_PORTABLE, shape.lower_portable)) for op in (
+        edge.view_copy.default, edge.squeeze_copy.dims, edge.squeeze_copy.dim, edge.unsqueeze_copy.default,
+        edge.clone.default, edge.alias_copy.default, edge.slice_copy.Tensor, edge.select_copy.int,
+        edge.cat.default, edge.expand_copy.default)),
+    # resize
+    (edge.upsample_nearest2d.vec, CpuKernel(_PORTABLE, shape.lower_portable)),
+]
+
+
+def _build(table: list[tuple[object, CpuKernel]]) -> dict[object, CpuKernel]:
+    kernels: dict[object, CpuKernel] = {}
+    for op, row in table:
+        if op in kernels:
+            raise ValueError(f"two CPU lowering rows for {op}")
+        kernels[op] = row
+    return kernels
+
+
+CPU_KERNELS: dict[object, CpuKernel] = _build(_TABLE)
+POINTWISE = CpuKernel(_LUT, elementwise.lower_pointwise)
+
+
+def row_for(node: Node) -> CpuKernel | None:
+    """The table row of ``node``'s op; any other single-tensor pointwise op is a lookup table."""
+    row = CPU_KERNELS.get(node.target)
+    if row is None and elementwise.is_pointwise_unary(node):
+        return POINTWISE
+    return row

@@ -1,0 +1,70 @@
+"""Compile options: the compiler's choices (hardware facts live in ``Target``), checked and resolved before
+anything is compiled (``--neutron-compiler auto`` becomes ``eiq`` when the eIQ Neutron SDK imports, else
+``reference``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from imxrt.errors import BadOption
+from imxrt.npu.compilers import eiq
+from imxrt.passes.int8_io import IO_CHOICES
+from imxrt.targets import Target, get_target
+
+NEUTRON_COMPILERS = eiq.COMPILER_CHOICES  # auto: eiq when the eIQ Neutron SDK imports, else reference
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Compiler choices (hardware facts live in ``Target``)."""
+
+    neutron_compiler: str = "auto"
+    calibration_samples: int | None = None  # use at most this many calibration tuples
+    show_progress: bool = True
+    # eIQ Neutron converter options (need the eIQ compiler)
+    fetch_constants_to_sram: bool = False  # microcode copies weights from flash to SRAM before use
+    dump_kernel_selection: bool = False  # write the converter's kernel selection C code next to the .pte
+    neutron_profiling: bool = False  # profiling microcode + npu/partition_<i>.kernels.json (kernel -> edge ops)
+    sram_budget: int | None = None  # bytes of SRAM the program may use; None: the target's SRAM
+    io: str = "float"  # "int8": the program takes and returns the int8 tensors (no float I/O is planned)
+
+    @property
+    def converter(self) -> eiq.ConverterOptions:
+        return eiq.ConverterOptions(fetch_constants_to_sram=self.fetch_constants_to_sram,
+                                    dump_kernel_selection_code=self.dump_kernel_selection,
+                                    profiling=self.neutron_profiling)
+
+
+def resolve_options(options: CompileOptions | None, target: str | Target) -> tuple[CompileOptions, Target]:
+    """The options, checked, with the Neutron compiler resolved, and the target."""
+    options = options or CompileOptions()
+    target = get_target(target) if isinstance(target, str) else target
+    options = resolve_neutron_compiler(options, target)
+    if options.io not in IO_CHOICES:
+        raise BadOption("--io", options.io, IO_CHOICES)
+    if options.sram_budget is not None and (isinstance(options.sram_budget, bool) or
+                                            not isinstance(options.sram_budget, int) or options.sram_budget < 1):
+        raise BadOption("--sram-budget", options.sram_budget, "a positive number of bytes (e.g. 512K, 2M)")
+    return options, target
+
+
+_CONVERTER_OPTIONS = {"fetch_constants_to_sram": "--fetch-constants-to-sram",
+                      "dump_kernel_selection": "--dump-kernel-selection", "neutron_profiling": "--neutron-profiling"}
+
+
+def resolve_neutron_compiler(options: CompileOptions, target: Target) -> CompileOptions:
+    """``options`` with ``auto`` resolved (``eiq`` when the eIQ Neutron SDK imports). With the SDK, its
+    description of the target's NPU must equal the registry's; converter options need the SDK."""
+    if options.neutron_compiler not in NEUTRON_COMPILERS:
+        raise BadOption("--neutron-compiler", options.neutron_compiler, NEUTRON_COMPILERS)
+    compiler = eiq.resolve(options.neutron_compiler, has_npu=target.npu is not None)
+    if compiler != "eiq":
+        for name, flag in _CONVERTER_OPTIONS.items():
+            if getattr(options, name):
+                raise BadOption(flag, True, "it only with the eIQ Neutron SDK installed (--neutron-compiler eiq); "
+                                            f"--neutron-compiler {options.neutron_compiler} compiles with the "
+                                            "reference compiler, which makes no microcode")
+    elif target.npu is not None:
+        eiq.check_target(target.npu)
+    return dataclasses.replace(options, neutron_compiler=compiler)

@@ -141,8 +141,9 @@ QUANTIZED_AS = {
 
 def _cortex_m_kernels_of(function, seen: set) -> set[str]:
     """The cortex_m ops a lowering function emits: ``cortex_m("name")`` in its source or in that of the
-    functions of its module it calls or closes over (a name passed in a closure counts too)."""
-    if function in seen or not inspect.isfunction(function) or function.__module__ != LOWERING.__name__:
+    functions of the lowering's family modules it calls or closes over (a name passed in a closure counts too)."""
+    module = getattr(function, "__module__", None) or ""
+    if function in seen or not inspect.isfunction(function) or not module.startswith(LOWERING.__name__):
         return set()
     seen.add(function)
     names = set(re.findall(r'cortex_m\("(\w+)"\)', inspect.getsource(function)))

@@ -91,27 +91,24 @@ def test_each_target_has_the_rules_of_exactly_the_ops_its_devices_run():
         assert all(rule == rules.QUANTIZATION[op].rule for op, rule in table.items())
     assert rules.QUANTIZATION[aten.gelu.default].devices == {cpu}  # a CPU table lookup; Neutron has no GELU
     assert aten.gelu.default in rt700  # quantized on the RT700 because its CPU runs it
-    assert rules.QUANTIZATION[aten.prelu.default].devices == {npu}  # Neutron's PRELU; no CMSIS-NN kernel
-    assert aten.prelu.default in rt700 and aten.prelu.default not in cpu_only
+    assert rules.QUANTIZATION[aten.upsample_bilinear2d.vec].devices == {npu}  # no CMSIS-NN kernel
+    assert aten.upsample_bilinear2d.vec in rt700 and aten.upsample_bilinear2d.vec not in cpu_only
+    assert rules.QUANTIZATION[aten.prelu.default].devices == {npu, cpu}  # Neutron's PRELU; a CPU table
     assert aten.sub.Tensor in cpu_only  # quantized_add with the second multiplier negated
     assert rules.POINTWISE_UNARY in rt700 and rules.POINTWISE_UNARY in cpu_only
     assert rt700[aten.relu_.default] == rt700[aten.relu.default]  # in place quantizes like functional
     assert rt700[aten.add_.Tensor] == rt700[aten.add.Tensor]
 
 
-class GeluPrelu(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.prelu = nn.PReLU()
-
+class GeluBilinear(nn.Module):
     def forward(self, x):
-        return self.prelu(torch.nn.functional.gelu(x))
+        return torch.nn.functional.interpolate(torch.nn.functional.gelu(x), scale_factor=2, mode="bilinear")
 
 
 def _annotated_ops(quantizers) -> set[str]:
-    """The ops of ``GeluPrelu``'s aten graph that the quantizers annotate, composed as ExecuTorch's recipes
+    """The ops of ``GeluBilinear``'s aten graph that the quantizers annotate, composed as ExecuTorch's recipes
     compose them: every ``transform_for_annotation`` first, then every ``annotate``."""
-    gm = torch.export.export(GeluPrelu(), (torch.randn(1, 8),)).module(check_guards=False)
+    gm = torch.export.export(GeluBilinear(), (torch.randn(1, 2, 4, 4),)).module(check_guards=False)
     for quantizer in quantizers:
         gm = quantizer.transform_for_annotation(gm)
     for quantizer in quantizers:
@@ -119,10 +116,10 @@ def _annotated_ops(quantizers) -> set[str]:
     return {n.target.__name__ for n in gm.graph.nodes if "quantization_annotation" in n.meta}
 
 
-@pytest.mark.parametrize(("target", "annotated"), [("imxrt700", {"gelu.default", "prelu.default"}),
+@pytest.mark.parametrize(("target", "annotated"), [("imxrt700", {"gelu.default", "upsample_bilinear2d.vec"}),
                                                    ("imxrt700-cpu", {"gelu.default"})])
 def test_a_target_quantizes_the_ops_of_its_devices(target, annotated):
-    """gelu is int8 on the RT700 because its CPU runs it; prelu is int8 only where the NPU is."""
+    """gelu is int8 on the RT700 because its CPU runs it; bilinear upsampling only where the NPU is."""
     from imxrt.quantization import ImxrtQuantizer, rules
     from imxrt.targets import get_target
 
@@ -133,28 +130,24 @@ def test_a_target_quantizes_the_ops_of_its_devices(target, annotated):
     assert _annotated_ops(per_device[::-1]) == annotated
 
 
-class PreluElu(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.prelu = nn.PReLU()
-
+class BilinearElu(nn.Module):
     def forward(self, x, y):
-        return torch.nn.functional.elu(x), self.prelu(y)
+        return torch.nn.functional.elu(x), torch.nn.functional.interpolate(y, scale_factor=2, mode="bilinear")
 
 
-@pytest.mark.parametrize(("target", "prelu_is_int8"), [("imxrt700", True), ("imxrt700-cpu", False)])
-def test_an_op_only_the_npu_runs_in_int8_stays_float_on_a_cpu_only_target(target, prelu_is_int8):
+@pytest.mark.parametrize(("target", "bilinear_is_int8"), [("imxrt700", True), ("imxrt700-cpu", False)])
+def test_an_op_only_the_npu_runs_in_int8_stays_float_on_a_cpu_only_target(target, bilinear_is_int8):
     from imxrt.pipeline import CompileOptions, export, quantize
     from imxrt.targets import get_target
 
-    data = _calibration((1, 16), (1, 16))
-    # the quantized program, where a float prelu is still one node (to_edge decomposes it)
-    program = quantize(export(PreluElu(), data[0]), data[0], data, CompileOptions(show_progress=False),
+    data = _calibration((1, 16), (1, 2, 4, 4))
+    # the quantized program, where a float bilinear upsampling is still one node
+    program = quantize(export(BilinearElu(), data[0]), data[0], data, CompileOptions(show_progress=False),
                        get_target(target))
-    (prelu,) = nodes_named(program, "prelu.default")
+    (bilinear,) = nodes_named(program, "upsample_bilinear2d.vec")
     (elu,) = nodes_named(program, "elu.default")
     dequantize = torch.ops.quantized_decomposed.dequantize_per_tensor.default
-    assert (prelu.args[0].target == dequantize) == prelu_is_int8
+    assert (bilinear.args[0].target == dequantize) == bilinear_is_int8
     assert elu.args[0].target == dequantize  # elu is an int8 table lookup on both
 
 

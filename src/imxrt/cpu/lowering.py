@@ -162,8 +162,24 @@ def _linear_as_addmm(editor: Editor, node: Node) -> Node:
     return editor.call(edge.view_copy.default, (product, list(out_val.shape)), out_val, [node], before=node)
 
 
-# Float ops kept whole through to_edge (for the NPU's sake) that the stock runtime has no portable kernel for.
-_PORTABLE_DECOMPOSITIONS = {exir_ops.edge.aten.linear.default: _linear_as_addmm}
+def _prelu_as_clamps(editor: Editor, node: Node) -> Node:
+    """prelu(x, w) = clamp(x, min=0) + w * clamp(x, max=0), w along dim 1 (aten has no prelu.out)."""
+    edge = exir_ops.edge.aten
+    x, weight = node.args[0], node.args[1]
+    x_val, weight_val, out_val = x.meta["val"], weight.meta["val"], node.meta["val"]
+    channels = weight_val.numel()
+    shape = [channels] + [1] * (x_val.dim() - 2) if x_val.dim() >= 2 else [channels]
+    slopes = editor.call(edge.view_copy.default, (weight, shape), weight_val.reshape(shape), [node], before=node)
+    positive = editor.call(edge.clamp.default, (x, 0.0, None), x_val.clamp(min=0), [node], before=node)
+    negative = editor.call(edge.clamp.default, (x, None, 0.0), x_val.clamp(max=0), [node], before=node)
+    scaled = editor.call(edge.mul.Tensor, (slopes, negative), out_val, [node], before=node)
+    return editor.call(edge.add.Tensor, (positive, scaled), out_val, [node], before=node)
+
+
+# Float ops kept whole through to_edge (for the NPU's sake, or as one int8 table on the CPU) that the stock
+# runtime has no portable kernel for.
+_PORTABLE_DECOMPOSITIONS = {exir_ops.edge.aten.linear.default: _linear_as_addmm,
+                            exir_ops.edge.aten.prelu.default: _prelu_as_clamps}
 
 
 def _decompose_for_portable_kernels(editor: Editor) -> None:

@@ -625,14 +625,12 @@ def rule_text(constraint: Constraint) -> str:
 
 
 def supported_ops_markdown() -> str:
-    """``docs/supported_ops.md``: the capability table in words, generated from the rows themselves."""
+    """The NPU's section of ``docs/supported_ops.md`` (``imxrt.supported_ops``), generated from the rows."""
     lines = [
-        "# Operators the eIQ Neutron NPU runs",
+        "## On the eIQ Neutron NPU",
         "",
-        "Generated from `imxrt.npu.support` (`python -m imxrt.npu.support > docs/supported_ops.md`); a test",
-        "checks this file is current. Every op must also sit in an int8 QDQ cluster. Limits are those of the",
-        "imxrt700 target's Neutron N3-64 (`num_macs` = 8). The LiteRT builtins are all those the lowering may",
-        "write for the op, helpers included.",
+        "Every op must also sit in an int8 QDQ cluster. Limits are those of the imxrt700 target's Neutron N3-64",
+        "(`num_macs` = 8). The LiteRT builtins are all those the lowering may write for the op, helpers included.",
         "",
         "| edge op | LiteRT builtins | rules |",
         "|---|---|---|",
@@ -644,7 +642,3 @@ def supported_ops_markdown() -> str:
             builtins += f" ({row.note})"
         lines.append(f"| `{getattr(op, '__name__', op)}` | {builtins} | {rules} |")
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    print(supported_ops_markdown(), end="")

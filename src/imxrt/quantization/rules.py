@@ -127,8 +127,8 @@ def _row(rule: Rule, devices: frozenset[Device] = NPU_AND_CPU) -> OpQuantization
 
 # The NPU's ops are those Neutron has int8 kernels for, quantized as its converter needs; the CPU's those the
 # Cortex-M runs in int8, where every elementwise unary op is one 256-entry table lookup (so gelu is int8
-# too). prelu and bilinear upsampling have no CMSIS-NN kernel: on a CPU-only target they stay float rather
-# than carry Q/DQ pairs around a float op.
+# too, and prelu with one slope). Bilinear upsampling has no CMSIS-NN kernel: on a CPU-only target it stays
+# float rather than carry Q/DQ pairs around a float op.
 QUANTIZATION: dict[OpKey, OpQuantization] = {
     # weighted
     aten.conv2d.default: _row(Weighted()),
@@ -150,7 +150,7 @@ QUANTIZATION: dict[OpKey, OpQuantization] = {
     aten.clamp.default: _row(Compute()),
     aten.hardswish.default: _row(Compute()),
     aten.leaky_relu.default: _row(Compute()),
-    aten.prelu.default: _row(Compute(), NPU_ONLY),
+    aten.prelu.default: _row(Compute()),
     aten.exp.default: _row(Compute()),
     aten.log.default: _row(Compute()),
     aten.rsqrt.default: _row(Compute()),

@@ -98,3 +98,22 @@ def row_for(node: Node) -> CpuKernel | None:
     if row is None and elementwise.is_pointwise_unary(node):
         return POINTWISE
     return row
+
+
+def supported_ops_markdown() -> str:
+    """The CPU's section of ``docs/supported_ops.md`` (``imxrt.supported_ops``), generated from the rows."""
+    lines = [
+        "## On the Cortex-M33 (CMSIS-NN)",
+        "",
+        "An int8 op the NPU does not take (or every op, on `imxrt700-cpu`) becomes the kernel of its row; a",
+        "cluster the row cannot take runs in float between the int8 ops around it, and the report says why. Any",
+        "other elementwise op of one tensor is one 256-entry table (`cortex_m::quantized_activation`).",
+        "",
+        "| edge op | kernel | how |",
+        "|---|---|---|",
+    ]
+    for op, row in CPU_KERNELS.items():
+        how = " ".join(line.strip() for line in (row.lower.__doc__ or "").strip().splitlines()) or "int8"
+        how = how.replace("|", "\\|")  # a table cell
+        lines.append(f"| `{getattr(op, '__name__', op)}` | {row.kernel} | {how} |")
+    return "\n".join(lines) + "\n"

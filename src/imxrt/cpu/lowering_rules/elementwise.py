@@ -217,6 +217,20 @@ def _q4_lut(table: Callable[[float, int], activations.Lut]) -> Callable[[Rewrite
     return lut
 
 
+def _prelu_lut(rw: Rewrite, q_in: QParams, out: QParams) -> activations.Lut:
+    """prelu with one slope (``nn.PReLU()``): TFLM's PRELU arithmetic, as on the NPU, run on every int8 input.
+    One slope per channel needs a table per channel: that prelu stays on its float path."""
+    alpha_dq = rw.anchor.args[1]
+    alpha = rw.editor.tensor(rw.int8(alpha_dq))
+    if alpha is None or alpha.numel() != 1:
+        raise NotLowered("prelu with a slope per channel: one table takes one slope (nn.PReLU() has one)")
+    q_alpha = rw.qparams(alpha_dq)
+    params = elementwise.prepare_prelu(q_in.scale, q_in.zero_point, q_alpha.scale, q_alpha.zero_point,
+                                       out.scale, out.zero_point)
+    values = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.int8)
+    return activations.Lut(elementwise.prelu(values, alpha.numpy().reshape(()), params))
+
+
 LUTS: dict[object, Callable[[Rewrite, QParams, QParams], activations.Lut]] = {
     edge.sigmoid.default: _q4_lut(activations.logistic_lut),
     edge.tanh.default: _q4_lut(activations.tanh_lut),
@@ -230,6 +244,7 @@ LUTS: dict[object, Callable[[Rewrite, QParams, QParams], activations.Lut]] = {
     edge.relu.default: _relu_lut,
     edge.hardtanh.default: _relu_lut,
     edge.clamp.default: _relu_lut,
+    edge.prelu.default: _prelu_lut,
 }
 
 

@@ -22,8 +22,8 @@ from imxrt.memory.planner import PlanConflict, verify
 from imxrt.memory.planning import EXECUTORCH_GREEDY, ImxrtMemoryPlanner
 from imxrt.memory.report import memory_report
 from imxrt.npu import payload
-from imxrt.npu.partitioner import PlacementLog
 from imxrt.pipeline import CompileOptions, compile, export, lower, quantize, serialize
+from imxrt.placement import PlacementLog
 from imxrt.runtime.program import read_program
 from imxrt.targets import get_target
 

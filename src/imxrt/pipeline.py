@@ -46,10 +46,11 @@ from imxrt.npu.backend import (
 )
 from imxrt.npu.compilers import eiq
 from imxrt.npu.litert.errors import UnsupportedForLiteRT
-from imxrt.npu.partitioner import NpuPartitioner, PlacementLog, ops_to_keep_whole
+from imxrt.npu.partitioner import NpuPartitioner, ops_to_keep_whole
 from imxrt.passes import EDGE_PASSES, run_aten_passes
 from imxrt.passes.int8_io import IO_CHOICES, make_io_int8
 from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
+from imxrt.placement import PlacementLog
 from imxrt.profiling.etrecord import etrecord_bytes
 from imxrt.profiling.instructions import EDGE_NAME, instruction_table
 from imxrt.profiling.provenance import trim_history

@@ -31,9 +31,8 @@ from imxrt.cpu.isa import Isa
 from imxrt.cpu.lowering_graph import Editor
 from imxrt.cpu.lowering_layout import assign_dim_orders, canonicalize_strides
 from imxrt.cpu.lowering_rules import POINTWISE, NotLowered, Rewrite, cortex_m, row_for
-from imxrt.npu.partitioner import PlacementLog
-from imxrt.npu.support import not_quantized_reason, op_name
 from imxrt.passes.qdq import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR, find_clusters, is_compute
+from imxrt.placement import PlacementLog, not_quantized_reason, op_name
 
 _BOUNDARY = {QUANTIZE_PER_TENSOR: "quantize_per_tensor", DEQUANTIZE_PER_TENSOR: "dequantize_per_tensor"}
 

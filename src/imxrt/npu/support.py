@@ -18,8 +18,8 @@ from torch.fx import Node
 from imxrt.kernels import activations
 from imxrt.npu.litert import tflm_limits
 from imxrt.npu.litert.converters.common import ceil_mode_windows
-from imxrt.passes.qdq import Cluster, is_dequantize, is_quantize, qparams_of_dequantize, tensor_args
-from imxrt.quantization.rules import NPU_RULES
+from imxrt.passes.qdq import Cluster, is_dequantize, qparams_of_dequantize, tensor_args
+from imxrt.placement import not_quantized_reason, op_name
 from imxrt.targets import NeutronConfig
 
 edge = exir_ops.edge.aten
@@ -367,30 +367,6 @@ SUPPORTED: dict[object, NeutronOp] = {
     edge.upsample_nearest2d.vec: NeutronOp("RESIZE_NEAREST_NEIGHBOR", (*_MOVE, resize_scale)),
     edge.upsample_bilinear2d.vec: NeutronOp("RESIZE_BILINEAR", (resize_scale,)),
 }
-
-
-def op_name(node: Node) -> str:
-    """``aten.convolution.default`` style name of an edge node's op."""
-    return getattr(node.target, "__name__", str(node.target))
-
-
-def not_quantized_reason(node: Node) -> str:
-    """Why a node is not int8 (the cause only; where it then runs is the lowering's to say): name the PyTorch
-    call and module it came from (an LSTM decomposes into dozens of float ops; the user needs to see "LSTM",
-    not "sigmoid")."""
-    source = node.meta.get("torch_fn")
-    call = source[1].rsplit(".", 1)[-1] if source else op_name(node)
-    stack = node.meta.get("nn_module_stack") or {}
-    path, module_type = list(stack.values())[-1] if stack else ("", "")
-    where = f" in {module_type.rsplit('.', 1)[-1]} '{path}'" if path else ""
-    if getattr(node.target, "_op", None) in NPU_RULES:  # the op has a rule: an operand or its result is the cause
-        odd = [a.name for a in tensor_args(node) if not is_dequantize(a)]
-        if odd:
-            return (f"not quantized: {call}{where} reads {', '.join(odd)}, which is neither an int8 tensor nor a "
-                    "float constant")
-        float_users = [u.name for u in node.users if not is_quantize(u)]
-        return f"not quantized: the result of {call}{where} is read in float by {', '.join(float_users) or 'no op'}"
-    return f"not quantized: {call}{where} has no int8 rule"
 
 
 def check(node: Node, cluster: Cluster | None, npu: NeutronConfig) -> tuple[bool, str]:

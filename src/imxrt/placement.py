@@ -1,0 +1,63 @@
+"""Placement decisions: where each compute node of the edge graph runs and why, written by both lowerings.
+
+The NPU partitioner records the nodes its Neutron runs and why it refuses the others; the CPU lowering then
+records what each node it keeps becomes (a cortex_m kernel, an int8 portable op, or float with the cause).
+Neither device owns the log or the names it uses, so both import them from here; the report reads the log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch.fx import Node
+
+from imxrt.passes.qdq import is_dequantize, is_quantize, tensor_args
+from imxrt.quantization.rules import NPU_RULES
+
+
+def op_name(node: Node) -> str:
+    """``aten.convolution.default`` style name of an edge node's op."""
+    return getattr(node.target, "__name__", str(node.target))
+
+
+def not_quantized_reason(node: Node) -> str:
+    """Why a node is not int8 (the cause only; where it then runs is the lowering's to say): name the PyTorch
+    call and module it came from (an LSTM decomposes into dozens of float ops; the user needs to see "LSTM",
+    not "sigmoid")."""
+    source = node.meta.get("torch_fn")
+    call = source[1].rsplit(".", 1)[-1] if source else op_name(node)
+    stack = node.meta.get("nn_module_stack") or {}
+    path, module_type = list(stack.values())[-1] if stack else ("", "")
+    where = f" in {module_type.rsplit('.', 1)[-1]} '{path}'" if path else ""
+    if getattr(node.target, "_op", None) in NPU_RULES:  # the op has a rule: an operand or its result is the cause
+        odd = [a.name for a in tensor_args(node) if not is_dequantize(a)]
+        if odd:
+            return (f"not quantized: {call}{where} reads {', '.join(odd)}, which is neither an int8 tensor nor a "
+                    "float constant")
+        float_users = [u.name for u in node.users if not is_quantize(u)]
+        return f"not quantized: the result of {call}{where} is read in float by {', '.join(float_users) or 'no op'}"
+    return f"not quantized: {call}{where} has no int8 rule"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where one compute node of the edge graph runs, and why."""
+
+    node: str
+    op: str
+    npu: bool
+    reason: str
+
+
+@dataclass
+class PlacementLog:
+    """The verdict on every compute node, in graph order (the reporter of STYLE.md item 8): the partitioner
+    writes it first, the CPU lowering then adds what each node it keeps becomes."""
+
+    decisions: dict[str, Decision] = field(default_factory=dict)
+
+    def record(self, node: Node, npu: bool, reason: str) -> None:
+        self.decisions[node.name] = Decision(node.name, op_name(node), npu, reason)
+
+
+__all__ = ["Decision", "PlacementLog", "not_quantized_reason", "op_name"]

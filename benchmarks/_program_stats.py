@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from executorch.exir import schema
 
-import imxrt.cpu.ops  # noqa: F401  (defines the cortex_m schemas, whichever library is imported first)
+import imxrt.cortex_m.ops  # noqa: F401  (defines the cortex_m schemas, whichever library is imported first)
 from imxrt.runtime.program import read_program, tensor_nbytes
 
 SCRATCH_ARGUMENTS = frozenset({"scratch", "output_scratch"})  # CMSIS-NN buffers of the cortex_m kernels

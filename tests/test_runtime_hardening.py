@@ -15,7 +15,7 @@ from edited_programs import edited
 
 import imxrt
 import imxrt.runtime
-from imxrt.cpu import ops as cortex_m_ops
+from imxrt.cortex_m import ops as cortex_m_ops
 from imxrt.errors import BadFile, ImxrtError
 from imxrt.kernels.requantize import rounding_constants
 from imxrt.runtime import litert

@@ -30,7 +30,7 @@ from torch.export import ExportedProgram
 from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
 from imxrt import firmware, integrity, output_folder, writer
-from imxrt.cpu import ops as cortex_m_ops
+from imxrt.cortex_m import ops as cortex_m_ops
 from imxrt.cpu.lowering import lower_to_cortex_m
 from imxrt.errors import BadModel, BadOption, CompilerBug, ImxrtError
 from imxrt.memory.budget import check_sram_budget, check_tensors_fit

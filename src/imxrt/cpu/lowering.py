@@ -59,7 +59,7 @@ class LowerToCortexMPass(ExportedProgramPassBase):
 
 def lower_program(exported_program: ExportedProgram, isa: Isa | str, placement_log: PlacementLog) -> ExportedProgram:
     """The lowered copy of ``exported_program`` (which is left as it was)."""
-    import imxrt.cpu.ops  # noqa: F401  (registers the cortex_m ops)
+    import imxrt.cortex_m.ops  # noqa: F401  (registers the cortex_m ops)
 
     isa = isa if isinstance(isa, Isa) else Isa(isa)
     program = copy.deepcopy(exported_program)

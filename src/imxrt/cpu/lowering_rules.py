@@ -27,8 +27,8 @@ from torch.fx import Node
 from imxrt.cpu import scratch
 from imxrt.cpu.isa import Isa
 from imxrt.cpu.lowering_graph import Editor
-from imxrt.cpu.ops_shapes import pool_output_size
 from imxrt.kernels import activations, elementwise
+from imxrt.kernels.pooling import pool_output_size
 from imxrt.kernels.requantize import (
     INT8_MAX,
     INT8_MIN,
@@ -50,7 +50,7 @@ edge = exir_ops.edge.aten
 
 
 def cortex_m(name: str):
-    """The edge op ``cortex_m::<name>`` (registered by ``imxrt.cpu.ops``)."""
+    """The edge op ``cortex_m::<name>`` (registered by ``imxrt.cortex_m.ops``)."""
     return getattr(exir_ops.edge.cortex_m, name).default
 
 

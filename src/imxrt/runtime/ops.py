@@ -23,7 +23,7 @@ import executorch.kernels.quantized  # noqa: F401,I001  (registers quantized_dec
 import torch
 from executorch.exir import schema
 
-from imxrt.cpu import ops as cortex_m_ops  # registers cortex_m::* and their .out kernels
+from imxrt.cortex_m import ops as cortex_m_ops  # registers cortex_m::* and their .out kernels
 from imxrt.errors import BadFile
 from imxrt.runtime import allowlist, portable, preconditions
 from imxrt.runtime.memory import TORCH_DTYPES

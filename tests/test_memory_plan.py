@@ -24,7 +24,7 @@ from imxrt.memory.report import memory_report
 from imxrt.npu import payload
 from imxrt.pipeline import CompileOptions, compile, export, lower, quantize, serialize
 from imxrt.placement import PlacementLog
-from imxrt.runtime.program import read_program
+from imxrt.pte.reader import read_program
 from imxrt.targets import get_target
 
 

@@ -27,6 +27,7 @@ from imxrt.kernels.requantize import (
     quantize_multiplier,
     requantize,
 )
+from imxrt.pte.reader import HOST_MEMORY_CAP  # the cap the .pte's own memory counts against
 from imxrt.runtime import litert_rules
 from imxrt.runtime.litert_model import (  # also this module's names for what it reads
     BINARY_LHS,
@@ -77,7 +78,6 @@ from imxrt.runtime.litert_model import (  # also this module's names for what it
     read_model,
     tensor_shape,
 )
-from imxrt.runtime.program import HOST_MEMORY_CAP  # the cap the .pte's own memory counts against
 
 
 class BadSubgraphInput(ImxrtError):

@@ -3,12 +3,16 @@
 The NPU partitioner records the nodes its Neutron runs and why it refuses the others; the CPU lowering then
 records what each node it keeps becomes (a cortex_m kernel, an int8 portable op, or float with the cause).
 Neither device owns the log or the names it uses, so both import them from here; the report reads the log.
+
+A delegate tells the CPU lowering what it needs of its arguments as data, ``DelegateInfo`` on the lowered
+module, recorded by its backend when it builds the payload: the CPU lowering never reads a payload.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from executorch.exir.lowered_backend_module import LoweredBackendModule
 from torch.fx import Node
 
 from imxrt.passes.qdq import is_dequantize, is_quantize, tensor_args
@@ -60,4 +64,22 @@ class PlacementLog:
         self.decisions[node.name] = Decision(node.name, op_name(node), npu, reason)
 
 
-__all__ = ["Decision", "PlacementLog", "not_quantized_reason", "op_name"]
+@dataclass(frozen=True)
+class DelegateInfo:
+    """What a delegate's backend tells the lowerings after it. ExecuTorch keeps it on the lowered module
+    (``meta["_delegate_info_meta"]``), out of the ``.pte``; a backend's own info extends it."""
+
+    # Per input argument of the delegate call: 1 where the partition reads NHWC bytes (the device runtime
+    # passes a channels_last tensor as it is and transposes a contiguous one), 0 where it reads the tensor's
+    # bytes as they are (a contiguous tensor: the partition transposes, if it must).
+    input_format_flags: tuple[int, ...]
+
+
+def input_format_flags(module: LoweredBackendModule) -> tuple[int, ...]:
+    """The format flag of each input argument of ``module``'s delegate call, as its backend recorded it."""
+    info = (module.meta or {}).get("_delegate_info_meta")
+    assert isinstance(info, DelegateInfo), f"the {module.backend_id} delegate records no DelegateInfo"
+    return info.input_format_flags
+
+
+__all__ = ["Decision", "DelegateInfo", "PlacementLog", "input_format_flags", "not_quantized_reason", "op_name"]

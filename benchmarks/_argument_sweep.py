@@ -29,9 +29,9 @@ import numpy as np
 import torch
 from executorch.exir import schema
 
+from imxrt.pte.reader import TORCH_DTYPES
 from imxrt.runtime import ops
 from imxrt.runtime.allowlist import allowed_operators
-from imxrt.runtime.memory import TORCH_DTYPES
 
 _SCALAR_TYPES = {dtype: scalar_type for scalar_type, dtype in TORCH_DTYPES.items()}
 # Tensor dtypes drawn, most often the ones programs hold.

@@ -2,7 +2,7 @@
 calls by kind, constant tensors serialized and the ones no instruction reads.
 
 Shared by the CPU benchmark for both pipelines, so ours and upstream's programs are measured by the same
-code. The file is parsed with ExecuTorch's own deserializer (through `imxrt.runtime.program`, which also
+code. The file is parsed with ExecuTorch's own deserializer (through `imxrt.pte.reader`, which also
 checks every index the plan holds); an operator's argument names come from its registered schema, so a
 scratch buffer is found by the name the kernel gives it, not by position.
 """
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 from executorch.exir import schema
 
-import imxrt.cpu.ops  # noqa: F401  (defines the cortex_m schemas, whichever library is imported first)
-from imxrt.runtime.program import read_program, tensor_nbytes
+import imxrt.cortex_m.ops  # noqa: F401  (defines the cortex_m schemas, whichever library is imported first)
+from imxrt.pte.reader import read_program, tensor_nbytes
 
 SCRATCH_ARGUMENTS = frozenset({"scratch", "output_scratch"})  # CMSIS-NN buffers of the cortex_m kernels
 

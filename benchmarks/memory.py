@@ -42,8 +42,8 @@ from tflite_micro import runtime as tflm  # noqa: E402
 from imxrt.memory.lifetimes import peak  # noqa: E402
 from imxrt.memory.packing import plan  # noqa: E402
 from imxrt.memory.planning_pass import ImxrtMemoryPlanner  # noqa: E402
-from imxrt.npu.partitioner import PlacementLog  # noqa: E402
 from imxrt.pipeline import CompileOptions, check_inputs, compile, export, lower, quantize, serialize  # noqa: E402
+from imxrt.placement import PlacementLog  # noqa: E402
 from imxrt.source import load_source  # noqa: E402
 from imxrt.targets import get_target  # noqa: E402
 

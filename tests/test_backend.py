@@ -1,12 +1,16 @@
 """The delegate contract: id ``NeutronBackend`` in the .pte, a reference payload, our backend even when
 another backend class of that name (ExecuTorch's own NXP backend) is loaded in the same process."""
 
+import pytest
 import torch
 from executorch.exir._serialize._program import deserialize_pte_binary
 from executorch.exir.backend.backend_details import BackendDetails
 
 from imxrt.npu import reference_payload
-from imxrt.pipeline import CompileOptions, compile
+from imxrt.npu.backend import neutron_delegates
+from imxrt.pipeline import CompileOptions, compile, export, lower, quantize
+from imxrt.placement import PlacementLog, input_format_flags
+from imxrt.targets import get_target
 
 
 class TinyConv(torch.nn.Module):
@@ -33,6 +37,19 @@ def test_a_foreign_neutron_backend_class_does_not_capture_our_partitions():
     assert reference_payload.is_reference(bytes(blob.data))
     assert reference_payload.unpack(bytes(blob.data)).tflite == result.partitions[0]
     assert NeutronBackend.__name__ == "NeutronBackend"
+
+
+@pytest.mark.parametrize("memory_format, flag", [(torch.contiguous_format, 0), (torch.channels_last, 1)])
+def test_the_format_flags_the_cpu_lowering_reads_are_the_payloads(memory_format, flag):
+    """The backend records each delegate input's format flag as data when it builds the payload; the CPU
+    lowering decides dim orders from that record, so it must say what the payload says."""
+    x = torch.randn(1, 2, 5, 5, generator=torch.Generator().manual_seed(0)).to(memory_format=memory_format)
+    target, options = get_target("imxrt700"), CompileOptions(show_progress=False)
+    edge = lower(quantize(export(TinyConv().eval(), (x,)), (x,), [(x,)], options, target), target, options,
+                 PlacementLog())
+    (module,) = neutron_delegates(edge)
+    inputs = reference_payload.unpack(bytes(module.processed_bytes)).metadata["inputs"]
+    assert input_format_flags(module) == tuple(io["format_flag"] for io in inputs) == (flag,)
 
 
 class ConvPoolAdd(torch.nn.Module):

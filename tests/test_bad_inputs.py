@@ -26,7 +26,7 @@ import imxrt.runtime
 from imxrt.accuracy import evaluate
 from imxrt.cli import EXIT_USER_ERROR, main
 from imxrt.errors import BadInput, BadModel
-from imxrt.runtime.program import HOST_MEMORY_CAP
+from imxrt.pte.reader import HOST_MEMORY_CAP
 
 LINEAR = """
 import sys

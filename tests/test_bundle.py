@@ -31,8 +31,8 @@ from executorch.exir import to_edge
 from imxrt import bundle
 from imxrt.cli import EXIT_USER_ERROR, main
 from imxrt.errors import BadFile
+from imxrt.pte.reader import HOST_MEMORY_CAP
 from imxrt.runtime import load
-from imxrt.runtime.program import HOST_MEMORY_CAP
 
 CHANNELS_LAST_SOURCE = SMALL_CONV_NET_SOURCE.replace(
     "return (torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(1)),)",
@@ -244,7 +244,7 @@ def test_a_bundle_and_its_program_are_priced_together(plain_pte, reader_never_ru
     """Each under the cap, the two together over it: the program stays loaded while the bundle expands."""
     data = shared_tensor_bundle(plain_pte, 2, 1024)
     price, _ = bundle.read_cost(data, "x.bpte")
-    monkeypatch.setattr("imxrt.runtime.program.HOST_MEMORY_CAP", price)
+    monkeypatch.setattr("imxrt.pte.reader.HOST_MEMORY_CAP", price)
     with pytest.raises(BadFile, match="bytes to read with its program, more than the host runtime's cap"):
         bundle.read(data, "x.bpte")
 

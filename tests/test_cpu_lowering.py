@@ -26,9 +26,10 @@ from imxrt.cpu.isa import Isa
 from imxrt.cpu.lowering import lower_to_cortex_m
 from imxrt.cpu.lowering_graph import Editor
 from imxrt.cpu.lowering_layout import TO_DIM_ORDER_COPY
-from imxrt.npu.partitioner import PlacementLog, ops_to_keep_whole
+from imxrt.npu.partitioner import ops_to_keep_whole
 from imxrt.passes import EDGE_PASSES
 from imxrt.pipeline import CompileOptions, compile, serialize
+from imxrt.placement import PlacementLog
 from imxrt.report.placement import build_report
 from imxrt.targets import get_target
 

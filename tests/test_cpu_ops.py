@@ -22,8 +22,8 @@ import torch
 from ai_edge_litert import schema_py_generated as schema
 from oracles import run_tflm
 
-from imxrt.cpu import ops
-from imxrt.cpu.ops_reference import BadKernelArguments
+from imxrt.cortex_m import ops
+from imxrt.cortex_m.reference import BadKernelArguments
 from imxrt.kernels.requantize import (
     ACT_NONE,
     ACT_RELU,
@@ -143,7 +143,7 @@ import json, torch
 lib = torch.library.Library('cortex_m', 'DEF')
 lib.define('transpose(Tensor input, int[] dims) -> Tensor')
 try:
-    import imxrt.cpu.ops
+    import imxrt.cortex_m.ops
 except Exception as e:
     print(json.dumps({'type': type(e).__name__, 'message': str(e)}))
 """
@@ -153,8 +153,8 @@ except Exception as e:
 def subprocesses():
     """The import-order programs, started together (each spends its time importing ExecuTorch)."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    codes = {"executorch_first": _order_probe(_ET_PASSES, "imxrt.cpu.ops", record_first=True),
-             "imxrt_first": _order_probe("imxrt.cpu.ops", _ET_PASSES, record_first=False),
+    codes = {"executorch_first": _order_probe(_ET_PASSES, "imxrt.cortex_m.ops", record_first=True),
+             "imxrt_first": _order_probe("imxrt.cortex_m.ops", _ET_PASSES, record_first=False),
              "mismatch": _MISMATCH_PROBE}
     if not _has_tosa():
         del codes["executorch_first"], codes["imxrt_first"]
@@ -471,15 +471,15 @@ def test_quantize_multiplies_by_the_float32_inverse_scale_and_rounds_ties_to_eve
 def test_prepared_quantize_and_dequantize_equal_the_functional_ops(layout):
     """The host runtime prepares both once on its arena views (any strides) and calls them again: every call
     writes what the functional op returns, into the out tensor's own layout."""
-    from imxrt.cpu import ops_reference
+    from imxrt.cortex_m import reference
 
     memory_format = torch.contiguous_format if layout == "contiguous" else torch.channels_last
     scale, zero_point = f32(0.043), -9
     x = torch.randn(2, 3, 4, 5).to(memory_format=memory_format) * 3
     q = torch.empty(2, 3, 4, 5, dtype=torch.int8).to(memory_format=memory_format)
     back = torch.empty(2, 3, 4, 5).to(memory_format=memory_format)
-    quantize = ops_reference.prepare_quantize_per_tensor(x, scale, zero_point, -128, 127, torch.int8, out=q)
-    dequantize = ops_reference.prepare_dequantize_per_tensor(q, scale, zero_point, -128, 127, torch.int8, out=back)
+    quantize = reference.prepare_quantize_per_tensor(x, scale, zero_point, -128, 127, torch.int8, out=q)
+    dequantize = reference.prepare_dequantize_per_tensor(q, scale, zero_point, -128, 127, torch.int8, out=back)
     for _ in range(2):
         x.copy_(torch.randn(2, 3, 4, 5) * 3)
         quantize(), dequantize()
@@ -487,8 +487,8 @@ def test_prepared_quantize_and_dequantize_equal_the_functional_ops(layout):
         assert torch.equal(q, want) and q.stride() == x.stride()
         assert torch.equal(back, cortex_m.dequantize_per_tensor(want, scale, zero_point, -128, 127, torch.int8))
     with pytest.raises(BadKernelArguments, match=r"quantize_per_tensor.out: out is \(2, 3\) torch.int8"):
-        ops_reference.prepare_quantize_per_tensor(x, scale, zero_point, -128, 127, torch.int8,
-                                                  out=torch.empty(2, 3, dtype=torch.int8))
+        reference.prepare_quantize_per_tensor(x, scale, zero_point, -128, 127, torch.int8,
+                                            out=torch.empty(2, 3, dtype=torch.int8))
 
 
 def test_transpose_is_a_logical_permutation():

@@ -20,8 +20,8 @@ import imxrt.runtime
 from imxrt.cli import EXIT_USER_ERROR, main
 from imxrt.errors import BadInput, BadOption
 from imxrt.memory.planning_pass import ImxrtMemoryPlanner
-from imxrt.npu.partitioner import PlacementLog
 from imxrt.pipeline import CompileOptions, compile, lower, to_executorch
+from imxrt.placement import PlacementLog
 from imxrt.runtime.inputs import quantize_input
 from imxrt.targets import get_target
 

@@ -22,9 +22,9 @@ from imxrt.memory.packing import InvalidPacking, verify
 from imxrt.memory.planning_pass import EXECUTORCH_GREEDY, ImxrtMemoryPlanner
 from imxrt.memory.report import memory_report
 from imxrt.npu import reference_payload
-from imxrt.npu.partitioner import PlacementLog
 from imxrt.pipeline import CompileOptions, compile, export, lower, quantize, serialize
-from imxrt.runtime.program import read_program
+from imxrt.placement import PlacementLog
+from imxrt.pte.reader import read_program
 from imxrt.targets import get_target
 
 

@@ -94,7 +94,7 @@ def test_partition_adds_one_call_overhead():
 
 
 def test_every_cortex_m_op_has_a_cost_row():
-    from imxrt.cpu.ops import OPS
+    from imxrt.cortex_m.ops import OPS
 
     names = {f"cortex_m.{op.name}.default" for op in OPS}
     rows = {name for name in cpu.KERNEL_WORK if name.startswith("cortex_m.")}

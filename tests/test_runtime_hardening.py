@@ -15,7 +15,7 @@ from edited_programs import edited
 
 import imxrt
 import imxrt.runtime
-from imxrt.cpu import ops as cortex_m_ops
+from imxrt.cortex_m import ops as cortex_m_ops
 from imxrt.errors import BadFile, ImxrtError
 from imxrt.kernels.requantize import rounding_constants
 from imxrt.runtime import litert
@@ -87,15 +87,15 @@ def test_a_litert_subgraph_is_sized_against_the_cap_before_it_runs():
 def test_a_constant_buffer_the_reader_gives_as_none_is_a_bad_file(sealed, monkeypatch):
     """Zeroed bytes made ExecuTorch's reader give a constant buffer without storage: a TypeError before
     the plan checks."""
-    from imxrt.runtime import program as program_module
+    from imxrt.pte import reader
 
-    real = program_module.deserialize_pte_binary
+    real = reader.deserialize_pte_binary
 
     def without_storage(data):
         pte = real(data)
         pte.program.constant_buffer[-1].storage = None
         return pte
 
-    monkeypatch.setattr(program_module, "deserialize_pte_binary", without_storage)
+    monkeypatch.setattr(reader, "deserialize_pte_binary", without_storage)
     with pytest.raises(BadFile, match=r"is corrupted \(TypeError: cannot convert 'NoneType' object to bytes\)"):
         imxrt.runtime.load(edited(sealed))

@@ -86,7 +86,7 @@ def _quantize_program(name: str, *, input_dtype=None, dtype=torch.int8, out_dtyp
 
 
 def _scalar_type(dtype: torch.dtype) -> int:
-    from imxrt.runtime.memory import TORCH_DTYPES
+    from imxrt.pte.reader import TORCH_DTYPES
 
     return next(int(key) for key, value in TORCH_DTYPES.items() if value == dtype)
 

@@ -14,7 +14,7 @@ from compiled_examples import tiny
 
 import imxrt
 import imxrt.runtime
-from imxrt.cpu import ops_reference
+from imxrt.cortex_m import reference
 from imxrt.errors import BadFile
 
 CALLER = 3  # the caller's count of each: not 1, and not what the machine gives by default
@@ -48,7 +48,7 @@ def probed_run(pte: bytes, monkeypatch, fail: bool = False) -> list[tuple[list[i
         return kernel
 
     for name in ("_quantize", "_dequantize"):  # looked up at each call: the prepared calls reach the probes
-        monkeypatch.setattr(ops_reference, name, probe(getattr(ops_reference, name)))
+        monkeypatch.setattr(reference, name, probe(getattr(reference, name)))
     program = imxrt.runtime.load(pte)
     threads_before = torch.get_num_threads()
     try:

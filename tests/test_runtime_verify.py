@@ -29,10 +29,11 @@ import imxrt.runtime
 from imxrt.errors import BadFile
 from imxrt.kernels import conv, pooling
 from imxrt.npu import reference_payload
-from imxrt.runtime import interpreter, program
+from imxrt.pte import reader
+from imxrt.runtime import interpreter
 
 INPUT_SHAPE = (1, 3, 6, 6)
-CAP = f"more than the host runtime's cap of {program.HOST_MEMORY_CAP:,}"
+CAP = f"more than the host runtime's cap of {reader.HOST_MEMORY_CAP:,}"
 
 
 def _model() -> torch.nn.Module:
@@ -241,13 +242,13 @@ def test_a_jump_to_itself_stops_at_the_step_budget(outcomes):
 
 def test_our_programs_need_little(cpu, delegated):
     for pte in (cpu, delegated):
-        assert 0 < program.read_program(pte).required_bytes < 4 << 20
+        assert 0 < reader.read_program(pte).required_bytes < 4 << 20
 
 
 @pytest.mark.parametrize("spare, loads", [(0, True), (-1, False)], ids=["at_the_cap", "one_byte_over"])
 def test_required_bytes_against_the_cap(cpu, monkeypatch, spare, loads):
-    required = program.read_program(cpu).required_bytes
-    monkeypatch.setattr(program, "HOST_MEMORY_CAP", required + spare)
+    required = reader.read_program(cpu).required_bytes
+    monkeypatch.setattr(reader, "HOST_MEMORY_CAP", required + spare)
     if loads:
         imxrt.runtime.load(cpu).forward(np.zeros(INPUT_SHAPE, np.float32))
     else:

@@ -14,7 +14,7 @@ output check insists on the program's strides.
 
 ``imxrt run model.bpte`` reads a bundle back (``read``), runs every case on the host runtime and reports the
 largest difference per output (``verify``). The file is untrusted: before ExecuTorch's reader expands it, what
-that reader would build is priced by the walk that prices a ``.pte`` (``runtime/read_cost.py``; a tensor that
+that reader would build is priced by the walk that prices a ``.pte`` (``pte/read_cost.py``; a tensor that
 a thousand test cases share by offset is read a thousand times) and the program inside is read and checked as
 any ``.pte`` is; their sum over ``HOST_MEMORY_CAP`` is a ``BadFile``. Every bundled tensor is then checked
 against its sizes, dtype and dim order before it becomes an array.
@@ -32,9 +32,8 @@ import numpy as np
 import torch
 
 from imxrt.errors import BadFile
-from imxrt.runtime.inputs import quantize_input
-from imxrt.runtime.program import ProgramFile, check_cap, read_program
-from imxrt.runtime.read_cost import BYTES, NUMBERS, SCALARS, STRING, TABLES, U32, UNION, Prices, ReadCost, Table
+from imxrt.pte.read_cost import BYTES, NUMBERS, SCALARS, STRING, TABLES, U32, UNION, Prices, ReadCost, Table
+from imxrt.pte.reader import ProgramFile, check_cap, read_program
 
 IDENTIFIER = b"BP08"  # the BundledProgram flatbuffer's file identifier (bytes 4..8)
 METHOD = "forward"
@@ -71,6 +70,8 @@ def test_inputs(io: dict, count: int, samples: Iterable[Sequence[torch.Tensor]] 
 
 def _as_input(value: torch.Tensor, info: dict) -> torch.Tensor:
     if info["dtype"] == "int8" and value.is_floating_point():  # as imxrt run --quantize-inputs does
+        from imxrt.runtime.inputs import quantize_input  # reading a bundle does not load the host runtime
+
         value = torch.from_numpy(quantize_input(value.numpy(), info["scale"], info["zero_point"], info["name"]))
     return value.to(_DTYPES[info["dtype"]]).reshape(info["shape"])
 

@@ -18,8 +18,7 @@ from executorch.exir import schema
 from imxrt import writer
 from imxrt.errors import BadFile, BadOption
 from imxrt.output_folder import c_banner
-from imxrt.runtime.memory import TORCH_DTYPES
-from imxrt.runtime.program import read_program, tensor_nbytes
+from imxrt.pte.reader import TORCH_DTYPES, read_program, tensor_nbytes
 
 ALIGNMENT = 16  # ExecuTorch's flatbuffer and segment alignment; also a safe DMA alignment
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

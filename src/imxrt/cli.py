@@ -328,7 +328,7 @@ def paired_report(pte: Path, report: Path | None) -> Path:
 def _header(args: argparse.Namespace) -> int:
     from imxrt import c_array, output_folder
     from imxrt.files import read_regular
-    from imxrt.runtime.program import HOST_MEMORY_CAP, PROGRAM_FILE
+    from imxrt.pte.reader import HOST_MEMORY_CAP, PROGRAM_FILE
 
     c_array.check_symbol(args.name)  # before reading anything
     pte = read_regular(args.pte, HOST_MEMORY_CAP, PROGRAM_FILE)
@@ -391,7 +391,7 @@ def _run_bundle(args: argparse.Namespace, data: bytes) -> int:
 def _bundle(args: argparse.Namespace) -> int:
     from imxrt import bundle, output_folder, writer
     from imxrt.files import read_regular
-    from imxrt.runtime.program import HOST_MEMORY_CAP, PROGRAM_FILE
+    from imxrt.pte.reader import HOST_MEMORY_CAP, PROGRAM_FILE
 
     if args.samples < 1:
         raise BadOption("--samples", args.samples, "a positive number of test inputs")
@@ -455,9 +455,9 @@ def _run(args: argparse.Namespace) -> int:
     from imxrt.bundle import is_bundle
     from imxrt.errors import BadFile
     from imxrt.files import read_regular
+    from imxrt.pte.reader import HOST_MEMORY_CAP
     from imxrt.runtime import load
     from imxrt.runtime.inputs import read_npy
-    from imxrt.runtime.program import HOST_MEMORY_CAP
 
     data = read_regular(args.pte, HOST_MEMORY_CAP, "a .pte program or .bpte bundle (e.g. out/model.pte)")
     if is_bundle(data):

@@ -131,7 +131,7 @@ def config(outdir: Path, report: dict, etdump: Path | None = None):
     import multiprocessing
 
     from imxrt.files import check_regular
-    from imxrt.runtime.program import HOST_MEMORY_CAP, PROGRAM_FILE
+    from imxrt.pte.reader import HOST_MEMORY_CAP, PROGRAM_FILE
 
     model_explorer, _ = _require_server()
     etrecord, pte = outdir / "model.etrecord", outdir / "model.pte"

@@ -21,7 +21,7 @@ from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
 from imxrt import integrity
 from imxrt.artifacts import CompileResult, converter_dumps, keep_failed_partition
-from imxrt.cpu import ops as cortex_m_ops
+from imxrt.cortex_m import ops as cortex_m_ops
 from imxrt.cpu.lowering import lower_to_cortex_m
 from imxrt.errors import BadModel, BadOption, CompilerBug, ImxrtError
 from imxrt.export import export, export_for_qat
@@ -31,11 +31,12 @@ from imxrt.memory.report import memory_report
 from imxrt.model_checks import called_exit, check_example_inputs, check_inputs
 from imxrt.npu.backend import check_device_layouts, converter_compile_specs, stamp_delegate_ids
 from imxrt.npu.litert.errors import UnsupportedForLiteRT
-from imxrt.npu.partitioner import NpuPartitioner, PlacementLog, ops_to_keep_whole
+from imxrt.npu.partitioner import NpuPartitioner, ops_to_keep_whole
 from imxrt.options import NEUTRON_COMPILERS, CompileOptions, resolve_neutron_compiler, resolve_options
 from imxrt.passes import EDGE_PASSES, run_aten_passes
 from imxrt.passes.int8_io import make_io_int8
 from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
+from imxrt.placement import PlacementLog
 from imxrt.profiling.instructions import instruction_table
 from imxrt.profiling.provenance import trim_history
 from imxrt.quantization import ImxrtQuantizer, calibrate, rules

@@ -7,7 +7,7 @@ from __future__ import annotations
 from executorch.exir import EdgeProgramManager, ExecutorchBackendConfig, ExecutorchProgramManager
 
 from imxrt import integrity
-from imxrt.cpu import ops as cortex_m_ops
+from imxrt.cortex_m import ops as cortex_m_ops
 from imxrt.errors import BadModel
 from imxrt.memory.planning_pass import ImxrtMemoryPlanner, memory_planning_pass
 from imxrt.profiling.instructions import EDGE_NAME

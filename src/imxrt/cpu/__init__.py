@@ -1,1 +1,1 @@
-"""Cortex-M side: the cortex_m op library, the CPU lowering to it, CMSIS-NN scratch sizes per ISA."""
+"""Cortex-M side: the CPU lowering to the cortex_m op set (``imxrt.cortex_m``), CMSIS-NN scratch sizes per ISA."""

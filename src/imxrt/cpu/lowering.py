@@ -32,9 +32,8 @@ from imxrt.cpu.lowering_graph import Editor
 from imxrt.cpu.lowering_layout import assign_dim_orders, canonicalize_strides
 from imxrt.cpu.lowering_rules import POINTWISE, row_for
 from imxrt.cpu.lowering_rules.common import NotLowered, Rewrite, cortex_m
-from imxrt.npu.partitioner import PlacementLog
-from imxrt.npu.support import not_quantized_reason, op_name
 from imxrt.passes.qdq import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR, find_clusters, is_compute
+from imxrt.placement import PlacementLog, not_quantized_reason, op_name
 
 _BOUNDARY = {QUANTIZE_PER_TENSOR: "quantize_per_tensor", DEQUANTIZE_PER_TENSOR: "dequantize_per_tensor"}
 
@@ -61,7 +60,7 @@ class LowerToCortexMPass(ExportedProgramPassBase):
 
 def lower_program(exported_program: ExportedProgram, isa: Isa | str, placement_log: PlacementLog) -> ExportedProgram:
     """The lowered copy of ``exported_program`` (which is left as it was)."""
-    import imxrt.cpu.ops  # noqa: F401  (registers the cortex_m ops)
+    import imxrt.cortex_m.ops  # noqa: F401  (registers the cortex_m ops)
 
     isa = isa if isinstance(isa, Isa) else Isa(isa)
     program = copy.deepcopy(exported_program)

@@ -17,7 +17,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, TensorArgument
 from torch.fx import Node
 
-from imxrt.npu.support import op_name
+from imxrt.placement import op_name
 
 # Edge-node metadata a replacement inherits from the node it stands for (what the report and profilers read).
 _INHERITED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn", "from_node", "debug_handle")

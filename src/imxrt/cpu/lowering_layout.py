@@ -37,7 +37,7 @@ from torch.fx import Graph, Node
 
 from imxrt.cpu.lowering_graph import inherit_provenance
 from imxrt.cpu.lowering_rules.common import cortex_m
-from imxrt.npu.backend import argument_format_flags
+from imxrt.placement import input_format_flags
 
 CHANNELS_LAST = (0, 2, 3, 1)
 CONTIGUOUS = (0, 1, 2, 3)
@@ -164,7 +164,7 @@ def assign_dim_orders(graph: Graph) -> int:
         elif _is_delegate_call(node):
             # a partition input of format flag 1 takes either order (the runtime transposes a contiguous one,
             # passes a channels_last one as it is): a copy to contiguous would be undone at run time
-            flags = argument_format_flags(getattr(graph.owning_module, node.args[0].target))
+            flags = input_format_flags(getattr(graph.owning_module, node.args[0].target))
             wanted = {a: order.get(a, CONTIGUOUS) if flag else CONTIGUOUS
                       for a, flag in zip(node.args[1:], flags, strict=True) if _rank4(a)}
             produced = CONTIGUOUS

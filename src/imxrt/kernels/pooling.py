@@ -21,6 +21,18 @@ except ImportError:  # installed without a C compiler: the numpy path computes t
     _native = None
 
 
+def pool_output_size(in_size: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool
+                     ) -> int:
+    """PyTorch's pooling size: ceil_mode rounds up, but a last window starting in the right padding is
+    dropped (pooling_output_shape in ATen). The cortex_m ops' shapes, the CPU lowering and the LiteRT pool
+    converters all size a pool's output with it."""
+    span = in_size + 2 * padding - dilation * (kernel - 1) - 1
+    size = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
+    if ceil_mode and (size - 1) * stride >= in_size + padding:
+        size -= 1
+    return size
+
+
 @dataclass(frozen=True)
 class PoolParams:
     window: Window

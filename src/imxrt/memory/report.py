@@ -19,7 +19,7 @@ from executorch.exir import schema
 from imxrt.memory.lifetimes import Buffer
 from imxrt.memory.planning_pass import MemoryPlan
 from imxrt.npu import microcode_payload, reference_payload
-from imxrt.runtime.program import ProgramFile, read_program, tensor_nbytes
+from imxrt.pte.reader import ProgramFile, read_program, tensor_nbytes
 from imxrt.targets import Target
 
 PEAK_TENSORS = 5  # the largest live tensors at the peak named in the report

@@ -22,6 +22,7 @@ from imxrt.npu import microcode_payload, reference_payload
 from imxrt.npu.compilers import eiq, eiq_kernels, reference
 from imxrt.npu.litert import lower_partition
 from imxrt.passes.qdq import is_compute
+from imxrt.placement import DelegateInfo
 from imxrt.targets import get_target
 
 
@@ -55,9 +56,10 @@ def _converter_options(compile_specs: list[CompileSpec]) -> eiq.ConverterOptions
 
 
 @dataclass(frozen=True)
-class NeutronDelegateInfo:
+class NeutronDelegateInfo(DelegateInfo):
     """What ``preprocess`` knows about a delegate beyond its bytes. ExecuTorch keeps it on the lowered module
-    (``meta["_delegate_info_meta"]``), out of the ``.pte``."""
+    (``meta["_delegate_info_meta"]``), out of the ``.pte``; the CPU lowering reads its ``DelegateInfo`` part
+    (the input format flags)."""
 
     compiler: str  # "reference" or "eiq": which kind of payload the delegate holds
     tflite: bytes  # the partition's LiteRT subgraph: the Neutron converter's input
@@ -88,11 +90,9 @@ def neutron_delegates(edge: EdgeProgramManager) -> list[LoweredBackendModule]:
     return [module for _, module in _neutron_calls(edge)]
 
 
-def argument_format_flags(module: LoweredBackendModule) -> tuple[int, ...]:
-    """Per input argument of a delegate call: 1 where its partition reads NHWC bytes (the runtime passes a
-    channels_last tensor as it is and transposes a contiguous one), 0 where it reads the tensor's bytes as
-    they are (a contiguous tensor: the subgraph transposes, if it must)."""
-    blob = bytes(module.processed_bytes)
+def _input_format_flags(blob: bytes) -> tuple[int, ...]:
+    """Per input argument of a delegate call, the format flag the payload ``blob`` gives it
+    (``DelegateInfo.input_format_flags``)."""
     if reference_payload.is_reference(blob):
         return tuple(int(io["format_flag"]) for io in reference_payload.unpack(blob).metadata["inputs"])
     parsed = microcode_payload.parse(blob)
@@ -171,7 +171,8 @@ class ImxrtNeutronBackend(BackendDetails):
             debug_handle_map = {
                 index: op.debug_handles for index, op in enumerate(subgraph.ops) if op.debug_handles
             }
-            info = NeutronDelegateInfo(compiler, subgraph.tflite,
+            info = NeutronDelegateInfo(input_format_flags=_input_format_flags(blob), compiler=compiler,
+                                       tflite=subgraph.tflite,
                                        op_debug_handles=tuple(op.debug_handles for op in subgraph.ops))
             return PreprocessResult(processed_bytes=blob, debug_handle_map=debug_handle_map,
                                     _delegate_info_meta=info)
@@ -186,8 +187,10 @@ class ImxrtNeutronBackend(BackendDetails):
                                              [op.debug_handles for op in subgraph.ops])
             debug_handle_map = kernels.debug_handle_map()
             kernel_map = kernels.to_json()
-        info = NeutronDelegateInfo(compiler, subgraph.tflite, dict(compiled.conversion.files), kernel_map,
-                                   tuple(op.debug_handles for op in subgraph.ops))
+        info = NeutronDelegateInfo(input_format_flags=_input_format_flags(compiled.payload), compiler=compiler,
+                                   tflite=subgraph.tflite, converter_files=dict(compiled.conversion.files),
+                                   kernel_map=kernel_map,
+                                   op_debug_handles=tuple(op.debug_handles for op in subgraph.ops))
         return PreprocessResult(processed_bytes=compiled.payload, debug_handle_map=debug_handle_map,
                                 _delegate_info_meta=info)
 

@@ -6,8 +6,6 @@ dequantize run on the CPU, everything between two NPU ops (quantize -> dequantiz
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
@@ -21,6 +19,7 @@ from imxrt.npu import support
 from imxrt.npu.backend import ImxrtNeutronBackend
 from imxrt.op_kinds import is_elementwise_map
 from imxrt.passes.qdq import Cluster, find_clusters, is_compute, is_dequantize, is_quantize, tensor_args
+from imxrt.placement import PlacementLog
 from imxrt.quantization.rules import QUANTIZATION
 from imxrt.targets import Target
 
@@ -55,26 +54,6 @@ def ops_to_keep_whole(program: ExportedProgram) -> list[torch._ops.OpOverload]:
         if nodes and all(all(is_dequantize_aten(a) for a in tensor_args(n)) for n in nodes):
             keep.append(op)
     return keep
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Where one compute node of the edge graph runs, and why."""
-
-    node: str
-    op: str
-    npu: bool
-    reason: str
-
-
-@dataclass
-class PlacementLog:
-    """The partitioner's verdict on every compute node, in graph order (the reporter of STYLE.md item 8)."""
-
-    decisions: dict[str, Decision] = field(default_factory=dict)
-
-    def record(self, node: Node, npu: bool, reason: str) -> None:
-        self.decisions[node.name] = Decision(node.name, support.op_name(node), npu, reason)
 
 
 class _InPartition(OperatorSupportBase):
@@ -177,4 +156,4 @@ def is_dequantize_aten(node: Node) -> bool:
     return node.op == "call_function" and (node.target in _ATEN_DQ or is_dequantize(node))
 
 
-__all__ = ["BACKEND_ID", "Decision", "NpuPartitioner", "PlacementLog", "compile_specs_for"]
+__all__ = ["BACKEND_ID", "NpuPartitioner", "compile_specs_for"]

@@ -32,11 +32,10 @@ from imxrt.passes.qdq import (
     Cluster,
     QParams,
     is_dequantize,
-    is_quantize,
     qparams_of_dequantize,
     tensor_args,
 )
-from imxrt.quantization.rules import Device, runs_in_int8
+from imxrt.placement import not_quantized_reason, op_name
 from imxrt.targets import NeutronConfig
 
 edge = exir_ops.edge.aten
@@ -575,30 +574,6 @@ SUPPORTED: dict[object, NeutronOp] = {
     edge.upsample_nearest2d.vec: NeutronOp(("RESIZE_NEAREST_NEIGHBOR",), (*_MOVE, resize_scale)),
     edge.upsample_bilinear2d.vec: NeutronOp(("RESIZE_BILINEAR", "QUANTIZE"), (resize_scale, requantize_left_shift)),
 }
-
-
-def op_name(node: Node) -> str:
-    """``aten.convolution.default`` style name of an edge node's op."""
-    return getattr(node.target, "__name__", str(node.target))
-
-
-def not_quantized_reason(node: Node) -> str:
-    """Why a node is not int8 (the cause only; where it then runs is the lowering's to say): name the PyTorch
-    call and module it came from (an LSTM decomposes into dozens of float ops; the user needs to see "LSTM",
-    not "sigmoid")."""
-    source = node.meta.get("torch_fn")
-    call = source[1].rsplit(".", 1)[-1] if source else op_name(node)
-    stack = node.meta.get("nn_module_stack") or {}
-    path, module_type = list(stack.values())[-1] if stack else ("", "")
-    where = f" in {module_type.rsplit('.', 1)[-1]} '{path}'" if path else ""
-    if runs_in_int8(getattr(node.target, "_op", None), Device.NPU):  # an operand or its result is the cause
-        odd = [a.name for a in tensor_args(node) if not is_dequantize(a)]
-        if odd:
-            return (f"not quantized: {call}{where} reads {', '.join(odd)}, which is neither an int8 tensor nor a "
-                    "float constant")
-        float_users = [u.name for u in node.users if not is_quantize(u)]
-        return f"not quantized: the result of {call}{where} is read in float by {', '.join(float_users) or 'no op'}"
-    return f"not quantized: {call}{where} has no int8 rule"
 
 
 def check(node: Node, cluster: Cluster | None, npu: NeutronConfig) -> tuple[bool, str]:

@@ -99,7 +99,7 @@ RATES: dict[Isa, Rates] = {
 
 # Kernel op name (``aten.convolution.default`` style, as the report prints it) -> the work its time is
 # proportional to. Keyed by name, not op object: the cortex_m op objects are replaced when ExecuTorch's own
-# Cortex-M op module loads after ours (cpu/ops.py); a test checks every cortex_m op has its row. Ops not
+# Cortex-M op module loads after ours (cortex_m/ops.py); a test checks every cortex_m op has its row. Ops not
 # listed: int8 data movement copies, float ops run in float (``work_of``).
 _CORTEX_M_WORK = {
     "quantized_conv2d": Work.CONV,

@@ -33,7 +33,7 @@ from imxrt.npu import reference_payload
 from imxrt.profiling.instructions import operator_name
 
 if TYPE_CHECKING:
-    from imxrt.runtime.program import ProgramFile
+    from imxrt.pte.reader import ProgramFile
 
 RUN_NAME = "Execute"  # the event block ExecuTorch's runners record a method's execution under
 NS_PER_SECOND = 1_000_000_000

@@ -19,12 +19,11 @@ from imxrt import macs
 from imxrt.npu import reference_payload
 from imxrt.npu.backend import DELEGATE_ID, delegate_info, payload_description
 from imxrt.npu.compilers.reference import litert_ops
-from imxrt.npu.partitioner import PlacementLog
-from imxrt.npu.support import op_name
 from imxrt.passes.int8_io import io_metadata
 from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
 from imxrt.perf import estimate_latency, latency_line
 from imxrt.perf.estimate import kernel_owners
+from imxrt.placement import PlacementLog, op_name
 from imxrt.report.names import label, module_of
 from imxrt.targets import Target
 

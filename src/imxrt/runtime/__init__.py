@@ -1,8 +1,10 @@
 """Host runtime: run a compiled ``.pte`` bit-exactly on a PC, in the memory plan the device would use.
 
 ``imxrt.runtime.load(path_or_bytes).forward(*inputs)`` takes numpy arrays or torch tensors and returns
-numpy arrays. Modules: ``program`` (reader), ``memory`` (planned arena), ``ops`` (kernel calls),
-``neutron`` (NeutronBackend delegates), ``plan_check`` (lifetimes for poisoning), ``interpreter``.
+numpy arrays. The file is read by ``imxrt.pte.reader`` (which the report, ETDump, C header and bundle use
+without this package); the cortex_m kernels it calls are ``imxrt.cortex_m``'s. Modules: ``memory`` (planned
+arena), ``ops`` (kernel calls), ``neutron`` (NeutronBackend delegates), ``litert`` (LiteRT subgraphs),
+``plan_check`` (lifetimes for poisoning), ``interpreter``.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ import torch
 
 from imxrt import integrity
 from imxrt.errors import BadFile, ImxrtError
+from imxrt.pte.reader import ProgramFile, read_program
 from imxrt.runtime.inputs import warn_non_finite
 from imxrt.runtime.interpreter import Interpreter
-from imxrt.runtime.program import ProgramFile, read_program
 
 __all__ = ["Program", "load"]
 

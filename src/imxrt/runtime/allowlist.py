@@ -9,7 +9,7 @@ program on the stock runtime's kernels, can contain:
   portable kernels are generated from (``kernels/portable/functions.yaml`` and ``et_copy_ops.yaml``, shipped
   in the executorch wheel we pin);
 - quantize / dequantize of the quantized kernel library (``kernels/quantized/quantized.yaml``);
-- the ``cortex_m`` ops (``imxrt.cpu.ops.OPS``, the stock Cortex-M kernel library's schemas);
+- the ``cortex_m`` ops (``imxrt.cortex_m.ops.OPS``, the stock Cortex-M kernel library's schemas);
 - the ``executorch_prim`` scalar ops and ``et_view`` the runtime implements itself (``ops.py``).
 
 Each call's arguments are then checked against the operator's schema at load (``check_call``): the count,
@@ -26,7 +26,7 @@ from importlib import resources
 import torch
 from executorch.exir import schema
 
-from imxrt.cpu import ops as cortex_m_ops
+from imxrt.cortex_m import ops as cortex_m_ops
 
 # The kernel lists of the stock runtime, in the executorch package, and which of their ops we take.
 _KERNEL_LISTS = (("kernels/portable", "functions.yaml"), ("kernels/portable", "et_copy_ops.yaml"),

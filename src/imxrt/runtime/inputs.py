@@ -19,7 +19,7 @@ import torch
 
 from imxrt.errors import BadFile, BadInput
 from imxrt.files import open_regular
-from imxrt.runtime.program import HOST_MEMORY_CAP
+from imxrt.pte.reader import HOST_MEMORY_CAP
 
 log = logging.getLogger("imxrt")
 

@@ -17,10 +17,10 @@ import torch
 from executorch.exir import schema
 
 from imxrt.errors import BadFile, BadInput, ImxrtError
+from imxrt.pte.reader import ProgramFile, allocation_offset, tensor_nbytes
 from imxrt.runtime import ops, plan_check, threads
 from imxrt.runtime.memory import Arena, constant_tensor, unplanned_tensor
 from imxrt.runtime.neutron import DELEGATE_ID, NeutronDelegate
-from imxrt.runtime.program import ProgramFile, allocation_offset, tensor_nbytes
 
 # A chain with a jump back can loop, which on the device lasts until its condition changes. The host allows a
 # forward MAX_JUMPS_BACK jumps back and refuses the next, so a forward executes at most (MAX_JUMPS_BACK + 1) x

@@ -21,6 +21,7 @@ import threadpoolctl
 from ai_edge_litert import schema_py_generated as schema
 
 from imxrt.errors import ImxrtError
+from imxrt.pte.reader import HOST_MEMORY_CAP  # the cap the .pte's own memory counts against
 from imxrt.runtime import litert_rules
 from imxrt.runtime.litert_model import (  # also this module's names for what it reads
     BUILTIN_NAMES,
@@ -36,7 +37,6 @@ from imxrt.runtime.litert_model import (  # also this module's names for what it
 )
 from imxrt.runtime.litert_preparers import PREPARERS
 from imxrt.runtime.litert_preparers.common import BlasFree, Evaluate
-from imxrt.runtime.program import HOST_MEMORY_CAP  # the cap the .pte's own memory counts against
 
 
 class BadSubgraphInput(ImxrtError):

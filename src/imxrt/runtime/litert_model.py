@@ -14,8 +14,8 @@ from ai_edge_litert import schema_py_generated as schema
 
 from imxrt.errors import ImxrtError
 from imxrt.kernels.requantize import activation_range
-from imxrt.runtime.program import HOST_MEMORY_CAP  # the cap the .pte's own memory counts against
-from imxrt.runtime.read_cost import BYTES, NUMBERS, STRING, TABLE, TABLES, UNION, Prices, ReadCost, Table
+from imxrt.pte.read_cost import BYTES, NUMBERS, STRING, TABLE, TABLES, UNION, Prices, ReadCost, Table
+from imxrt.pte.reader import HOST_MEMORY_CAP  # the cap the .pte's own memory counts against
 
 Op = schema.BuiltinOperator
 BUILTIN_NAMES = {code: name for name, code in vars(Op).items() if name.isupper()}

@@ -11,16 +11,7 @@ import numpy as np
 import torch
 from executorch.exir import schema
 
-from imxrt.runtime.program import allocation_offset, tensor_nbytes
-
-TORCH_DTYPES = {
-    schema.ScalarType.BYTE: torch.uint8, schema.ScalarType.CHAR: torch.int8, schema.ScalarType.SHORT: torch.int16,
-    schema.ScalarType.INT: torch.int32, schema.ScalarType.LONG: torch.int64, schema.ScalarType.HALF: torch.float16,
-    schema.ScalarType.FLOAT: torch.float32, schema.ScalarType.DOUBLE: torch.float64,
-    schema.ScalarType.BOOL: torch.bool, schema.ScalarType.BFLOAT16: torch.bfloat16,
-    schema.ScalarType.UINT16: torch.uint16, schema.ScalarType.UINT32: torch.uint32,
-    schema.ScalarType.UINT64: torch.uint64,
-}
+from imxrt.pte.reader import TORCH_DTYPES, allocation_offset, tensor_nbytes
 
 # A fixed pseudo-random byte pattern: poisoned bytes are implausible in every dtype (huge or NaN floats,
 # scattered ints), and the same on every run.

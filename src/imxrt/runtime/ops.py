@@ -23,10 +23,10 @@ import executorch.kernels.quantized  # noqa: F401,I001  (registers quantized_dec
 import torch
 from executorch.exir import schema
 
-from imxrt.cpu import ops as cortex_m_ops  # registers cortex_m::* and their .out kernels
+from imxrt.cortex_m import ops as cortex_m_ops  # registers cortex_m::* and their .out kernels
 from imxrt.errors import BadFile
+from imxrt.pte.reader import TORCH_DTYPES
 from imxrt.runtime import allowlist, portable, preconditions
-from imxrt.runtime.memory import TORCH_DTYPES
 
 # The enum arguments a program stores as ints, by value: torch's binding casts any int to its C++ enum, and
 # an int outside the enum crashes torch's kernels (a memory_format of -1 made aten::clone.out segfault).

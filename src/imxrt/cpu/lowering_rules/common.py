@@ -27,7 +27,7 @@ edge = exir_ops.edge.aten
 
 
 def cortex_m(name: str):
-    """The edge op ``cortex_m::<name>`` (registered by ``imxrt.cpu.ops``)."""
+    """The edge op ``cortex_m::<name>`` (registered by ``imxrt.cortex_m.ops``)."""
     return getattr(exir_ops.edge.cortex_m, name).default
 
 

@@ -11,7 +11,7 @@ from torch.fx import Node
 
 from imxrt.cpu import scratch
 from imxrt.cpu.lowering_rules.common import NotLowered, Rewrite, cortex_m, edge, nhwc, node_arg, pair, shape_of
-from imxrt.cpu.ops_shapes import pool_output_size
+from imxrt.kernels.pooling import pool_output_size
 from imxrt.kernels.requantize import INT8_MAX, INT8_MIN, quantize_multiplier_scalar
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from ai_edge_litert import schema_py_generated as schema
 
-from imxrt.cpu.ops_shapes import pool_output_size
+from imxrt.kernels.pooling import pool_output_size
 
 Padding = schema.Padding
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ai_edge_litert import schema_py_generated as schema
 from torch.fx import Node
 
-from imxrt.cpu.ops_shapes import pool_output_size
+from imxrt.kernels.pooling import pool_output_size
 from imxrt.npu.litert import layout, qdq
 from imxrt.npu.litert.context import LoweringContext, edge_shape
 from imxrt.npu.litert.converters.common import Padding, ceil_mode_windows, options, window_padding

@@ -1,9 +1,10 @@
-"""Program reader: a ``.pte`` file (bytes or path) -> its ExecuTorch program, checked before anything runs.
+"""Program reader: a ``.pte`` file (bytes or path) -> its ExecuTorch program, checked before anything uses it.
 
-The bytes are parsed with ExecuTorch's own schema and deserializer, so the runtime reads exactly what the
-device runtime reads. Whatever is wrong with the file (truncated, corrupted, not a ``.pte``, a plan that
-points outside its buffers) becomes one ``BadFile`` naming the file and the problem here, never an
-IndexError deep inside the interpreter.
+The bytes are parsed with ExecuTorch's own schema and deserializer, so imxrt reads exactly what the device
+runtime reads. The host runtime runs what this returns; the memory report, the ETDump, the C header and the
+bundle read it without loading the runtime. Whatever is wrong with the file (truncated, corrupted, not a
+``.pte``, a plan that points outside its buffers) becomes one ``BadFile`` naming the file and the problem
+here, never an IndexError deep inside the interpreter.
 
 A ``.pte`` is untrusted input: a small file can describe gigabytes (a huge unplanned tensor, a buffer size,
 or one constant that thousands of flatbuffer offsets share, each reference read as a copy of its own). Before
@@ -19,13 +20,14 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 from executorch.exir import schema
 from executorch.exir._serialize._program import _get_extended_header, deserialize_pte_binary
 
 from imxrt import integrity
 from imxrt.errors import BadFile
 from imxrt.files import read_regular
-from imxrt.runtime.read_cost import (
+from imxrt.pte.read_cost import (
     BYTES,
     NUMBERS,
     SCALARS,
@@ -55,6 +57,15 @@ ELEMENT_BYTES = {
     schema.ScalarType.FLOAT: 4, schema.ScalarType.DOUBLE: 8, schema.ScalarType.BOOL: 1,
     schema.ScalarType.BFLOAT16: 2, schema.ScalarType.UINT16: 2, schema.ScalarType.UINT32: 4,
     schema.ScalarType.UINT64: 8,
+}
+# The torch dtype of each of those scalar types.
+TORCH_DTYPES = {
+    schema.ScalarType.BYTE: torch.uint8, schema.ScalarType.CHAR: torch.int8, schema.ScalarType.SHORT: torch.int16,
+    schema.ScalarType.INT: torch.int32, schema.ScalarType.LONG: torch.int64, schema.ScalarType.HALF: torch.float16,
+    schema.ScalarType.FLOAT: torch.float32, schema.ScalarType.DOUBLE: torch.float64,
+    schema.ScalarType.BOOL: torch.bool, schema.ScalarType.BFLOAT16: torch.bfloat16,
+    schema.ScalarType.UINT16: torch.uint16, schema.ScalarType.UINT32: torch.uint32,
+    schema.ScalarType.UINT64: torch.uint64,
 }
 
 
@@ -136,7 +147,7 @@ def check_cap(name: str, nbytes: int, what: str) -> None:
 
 def _run_bytes(program: ProgramFile) -> int:
     """What running takes beyond the file: the planned buffers, a zeroed block per unplanned tensor, a private
-    copy per constant tensor (``memory.constant_tensor``), each delegate's payload parsed once per delegate."""
+    copy per constant tensor (``runtime/memory.constant_tensor``), each delegate's payload parsed once per delegate."""
     total = sum(program.plan.non_const_buffer_sizes)
     for value in program.plan.values:
         tensor = value.val

@@ -1,9 +1,9 @@
 """The cortex_m op library: the ops the CPU lowering emits, under the names and schemas of ExecuTorch's
 Cortex-M kernel library (reference/cortex_m.md), so a ``.pte`` that calls them loads on a board's runtime.
 
-Each op is one row of ``OPS``: its name, its arguments, its fake implementation (``ops_shapes``: shapes,
+Each op is one row of ``OPS``: its name, its arguments, its fake implementation (``shapes``: shapes,
 dtypes and layouts for torch.export, to_edge and memory planning) and its reference implementation
-(``ops_reference``: the device kernel's arithmetic on imxrt's int8 kernel library). Every row defines two
+(``reference``: the device kernel's arithmetic on imxrt's int8 kernel library). Every row defines two
 overloads, the functional ``cortex_m::<name>`` the edge graph holds and ``cortex_m::<name>.out`` the program
 serializes; the host runtime calls the ``.out`` kernels with its arena views (any strides).
 
@@ -41,8 +41,7 @@ from dataclasses import dataclass
 import torch
 from torch.library import Library
 
-from imxrt.cpu import ops_reference as reference
-from imxrt.cpu import ops_shapes as shapes
+from imxrt.cortex_m import reference, shapes
 from imxrt.errors import ImxrtError
 
 NAMESPACE = "cortex_m"
@@ -102,9 +101,9 @@ _MAX_POOL = ("Tensor input, int[] kernel_size, int[] stride, int[] padding, int[
 
 def _kernel_op(name: str, arguments: str, fake: Callable[..., torch.Tensor], kernel: Callable,
                data: tuple[int, ...] = (0,), nchw: bool = False, elementwise: bool = False) -> CortexMOp:
-    """A row whose reference and prepared call come from one kernel factory (``ops_reference``); ``data``:
+    """A row whose reference and prepared call come from one kernel factory (``reference``); ``data``:
     positions of the arguments that carry activations (the rest are constants); ``elementwise``: the kernel
-    maps each element alone (``ops_reference.prepared``)."""
+    maps each element alone (``reference.prepared``)."""
     return CortexMOp(name, arguments, fake, reference.functional(kernel, data, nchw),
                      prepare=reference.prepared(name, kernel, data, nchw, fake, elementwise), data=data)
 

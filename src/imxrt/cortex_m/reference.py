@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from imxrt.cpu import ops_shapes
+from imxrt.cortex_m import shapes
 from imxrt.errors import ImxrtError
 from imxrt.kernels import conv, elementwise, fully_connected, movement, pooling
 from imxrt.kernels import softmax as softmax_fixed_point
@@ -431,12 +431,12 @@ def transpose_kernel(input, perm) -> Evaluate:
 
 
 def pad_kernel(input, pre_pad, post_pad, pad_value) -> Evaluate:
-    """arm_pad_s8: constant padding; the four pads are in memory order (ops_shapes.logical_padding)."""
+    """arm_pad_s8: constant padding; the four pads are in memory order (shapes.logical_padding)."""
     _int8("pad", input)
     if len(pre_pad) != 4 or len(post_pad) != 4:
         raise BadKernelArguments("pad", f"pre_pad and post_pad have 4 entries, got {len(pre_pad)} and "
                                         f"{len(post_pad)}")
-    paddings = tuple(ops_shapes.logical_padding(input, pre_pad, post_pad))
+    paddings = tuple(shapes.logical_padding(input, pre_pad, post_pad))
     return functools.partial(movement.pad, paddings=paddings, value=int(pad_value))
 
 
@@ -449,11 +449,11 @@ def quantized_conv2d_nhwc_kernel(input, weight, bias, stride, padding, dilation,
     """arm_convolve_wrapper_s8, weights OHWI; C_in / weight's I groups, each its slice of C_out."""
     _int8("quantized_conv2d", input, weight)
     _check_window("quantized_conv2d", input, weight.shape[1:3], stride, padding, dilation)
-    in_channels, group_channels = input.shape[3], weight.shape[ops_shapes.WEIGHT_IN]
+    in_channels, group_channels = input.shape[3], weight.shape[shapes.WEIGHT_IN]
     if in_channels % group_channels:
         raise BadKernelArguments("quantized_conv2d", f"{in_channels} input channels do not split into groups "
                                                      f"of {group_channels}")
-    output_hw = _output_hw(ops_shapes.quantized_conv2d_nhwc, input, weight, bias, stride, padding, dilation,
+    output_hw = _output_hw(shapes.quantized_conv2d_nhwc, input, weight, bias, stride, padding, dilation,
                            input_offset, output_offset, requantize_multipliers, requantize_shifts, activation_min,
                            activation_max, scratch)
     window = _window(input.shape[1:3], weight.shape[1:3], stride, padding, dilation, output_hw)
@@ -486,11 +486,11 @@ def quantized_depthwise_conv2d_nhwc_kernel(input, weight, bias, stride, padding,
     c // depth_multiplier."""
     _int8("quantized_depthwise_conv2d", input, weight)
     _check_window("quantized_depthwise_conv2d", input, weight.shape[1:3], stride, padding, dilation)
-    out_channels = weight.shape[ops_shapes.DEPTHWISE_OUT]
+    out_channels = weight.shape[shapes.DEPTHWISE_OUT]
     if out_channels != input.shape[3] * int(depth_multiplier):
         raise BadKernelArguments("quantized_depthwise_conv2d", f"{out_channels} output channels are not "
                                  f"{input.shape[3]} input channels x depth multiplier {depth_multiplier}")
-    output_hw = _output_hw(ops_shapes.quantized_depthwise_conv2d_nhwc, input, weight, bias, stride, padding,
+    output_hw = _output_hw(shapes.quantized_depthwise_conv2d_nhwc, input, weight, bias, stride, padding,
                            dilation, depth_multiplier, input_offset, output_offset, requantize_multipliers,
                            requantize_shifts, activation_min, activation_max, scratch)
     window = _window(input.shape[1:3], weight.shape[1:3], stride, padding, dilation, output_hw)
@@ -516,7 +516,7 @@ def quantized_transpose_conv2d_nhwc_kernel(input, weight, bias, stride, padding,
         conv.check_steps(weight.shape[1:3], _pair(stride), (1, 1))
     except ValueError as e:
         raise BadKernelArguments("quantized_transpose_conv2d", str(e)) from None
-    output_shape = ops_shapes.quantized_transpose_conv2d_nhwc(
+    output_shape = shapes.quantized_transpose_conv2d_nhwc(
         input, weight, bias, stride, padding, output_padding, dilation, input_offset, output_offset,
         requantize_multipliers, requantize_shifts, activation_min, activation_max, scratch, output_scratch).shape
     try:
@@ -538,7 +538,7 @@ def quantized_avg_pool2d_nhwc_kernel(input, kernel_size, stride, padding, ceil_m
     zero; input and output share qparams, so zero_point, multiplier and shift are unused (as on the device)."""
     _int8("quantized_avg_pool2d", input)
     _check_window("quantized_avg_pool2d", input, kernel_size, stride, padding, (1, 1))
-    output_hw = _output_hw(ops_shapes.quantized_avg_pool2d_nhwc, input, kernel_size, stride, padding, ceil_mode,
+    output_hw = _output_hw(shapes.quantized_avg_pool2d_nhwc, input, kernel_size, stride, padding, ceil_mode,
                            zero_point, multiplier, shift, scratch)
     window = _window(input.shape[1:3], _pair(kernel_size), stride, padding, (1, 1), output_hw)
     params = _pool_params("quantized_avg_pool2d", window, input.shape[1:3], INT8_MIN, INT8_MAX)
@@ -556,7 +556,7 @@ def quantized_max_pool2d_nhwc_kernel(input, kernel_size, stride, padding, dilati
         raise BadKernelArguments("quantized_max_pool2d", f"input and output zero points must match, got "
                                                          f"{input_zero_point} and {output_zero_point}")
     _check_window("quantized_max_pool2d", input, kernel_size, stride, padding, dilation)
-    output_hw = _output_hw(ops_shapes.quantized_max_pool2d_nhwc, input, kernel_size, stride, padding, dilation,
+    output_hw = _output_hw(shapes.quantized_max_pool2d_nhwc, input, kernel_size, stride, padding, dilation,
                            ceil_mode, input_zero_point, output_zero_point, activation_min, activation_max)
     window = _window(input.shape[1:3], _pair(kernel_size), stride, padding, dilation, output_hw)
     params = _pool_params("quantized_max_pool2d", window, input.shape[1:3], int(activation_min),

@@ -6,7 +6,7 @@ builds one object per reference (ExecuTorch's ``.pte`` reader, the flatbuffer ob
 ``ReadCost`` walks the file as a schema describes it (``Table``: the fields that refer to more data) without
 building anything: each shared table or vector is priced once and counted once per reference, at the prices of
 the reader that will read it (``Prices``). The schemas are described where they are read: ``program.fbs`` in
-``runtime/program.py``, the bundled program's in ``bundle.py``.
+``pte/reader.py``, the bundled program's in ``bundle.py``, LiteRT's schema.fbs in ``runtime/litert_model.py``.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from executorch.exir.tensor import dim_order_from_stride
 
+from imxrt.kernels.pooling import pool_output_size
+
 # NCHW-logical positions of the activations the non-_nhwc ops take
 NCHW_HEIGHT, NCHW_WIDTH, NCHW_CHANNELS = 2, 3, 1
 # OHWI weight positions (conv, transpose conv); depthwise keeps C_out in the last position
@@ -21,17 +23,6 @@ DEPTHWISE_OUT = 3
 def conv_output_size(in_size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
     """PyTorch's (and the device kernel's) size for symmetric padding: floor((in + 2p - d(k-1) - 1) / s) + 1."""
     return (in_size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
-
-
-def pool_output_size(in_size: int, kernel: int, stride: int, padding: int, dilation: int, ceil_mode: bool
-                     ) -> int:
-    """PyTorch's pooling size: ceil_mode rounds up, but a last window starting in the right padding is
-    dropped (pooling_output_shape in ATen)."""
-    span = in_size + 2 * padding - dilation * (kernel - 1) - 1
-    size = (span + (stride - 1 if ceil_mode else 0)) // stride + 1
-    if ceil_mode and (size - 1) * stride >= in_size + padding:
-        size -= 1
-    return size
 
 
 def transpose_conv_output_size(in_size: int, kernel: int, stride: int, padding: int, output_padding: int,

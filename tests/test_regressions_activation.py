@@ -25,6 +25,7 @@ UNBOUNDED_CLAMPS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("clamp", sorted(UNBOUNDED_CLAMPS))
 def test_an_infinite_clamp_bound_is_no_bound(clamp, target):
@@ -36,6 +37,7 @@ def test_an_infinite_clamp_bound_is_no_bound(clamp, target):
         check_case(result, inputs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("slope", [float("inf"), float("-inf")])
 def test_a_leaky_relu_slope_too_steep_for_a_multiplier_saturates_every_negative_code(slope, target):
@@ -74,6 +76,7 @@ class DeadRelu(nn.Module):
         return torch.relu(x - 100.0), torch.relu(x - x)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_an_activation_calibration_saw_only_as_zero_takes_its_inputs_range(target):
     """relu(x - 100) on N(0, 1) data is 0 on every sample: the observer's scale was float32's epsilon, which
@@ -93,6 +96,7 @@ class WideSoftmax(nn.Module):
         return torch.softmax(torch.relu(x), -1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_softmax_row_tflm_cannot_sum_runs_on_the_cpu(target):
     """TFLM's int8 SOFTMAX aborts the process when a row's exponentials sum to 512 or more: a 600-value row
@@ -111,6 +115,7 @@ class TinyHardswish(nn.Module):
         return nn.functional.hardswish(x * 1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_hardswish_of_a_tiny_range_is_tflm_exact(target):
     """An input scale near 1e-8 gives HARD_SWISH a 'reluish' multiplier exponent of -16 or below, where TFLM's
@@ -126,6 +131,7 @@ class Hardswish(nn.Module):
         return nn.functional.hardswish(x)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_hardswish_whose_output_range_tflm_cannot_prepare_compiles(target):
     """Inputs over [-10, -2.99] give hardswish outputs within 0.005 of 0: an output scale below the input scale
@@ -150,6 +156,7 @@ class WideGate(nn.Module):
         return self.function(x * 1000.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("function", [torch.sigmoid, torch.tanh], ids=["sigmoid", "tanh"])
 def test_a_sigmoid_or_tanh_of_an_input_scale_past_8_keeps_zero_at_its_value(function, target):
@@ -176,6 +183,7 @@ class DeadRelu6OfWideValues(nn.Module):
         return F.relu6(torch.cat([y, y], 1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_requantize_tflm_would_shift_past_int32_runs_on_the_cpu(target):
     """The relu6's input is requantized to its output scale with a multiplier near 3e8: TFLM shifts the
@@ -187,6 +195,7 @@ def test_a_requantize_tflm_would_shift_past_int32_runs_on_the_cpu(target):
         check_case(result, inputs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("op", ["log", "rsqrt", "sqrt", "log2"])
 def test_calibration_ignores_nan_and_infinite_values(op, target):
@@ -208,6 +217,7 @@ POINTWISE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("op", sorted(POINTWISE))
 def test_every_pointwise_op_of_one_tensor_is_one_int8_table(op, target):
@@ -221,6 +231,7 @@ def test_every_pointwise_op_of_one_tensor_is_one_int8_table(op, target):
         check_case(result, inputs)
 
 
+@pytest.mark.slow
 def test_rsqrt_goes_to_the_npu_only_when_no_input_is_negative():
     """TFLM's and LiteRT's int8 RSQRT fail on an input below its zero point; on random-signed inputs the
     NPU partition could not even be checked (8 of ExecuTorch's cases). RSQRT is delegated only when the

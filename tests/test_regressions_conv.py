@@ -16,6 +16,7 @@ from regression_helpers import compile_seeded as _compile
 import imxrt.runtime
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_grouped_transposed_conv_holds_only_dim_orders_kernels_take(target):
     """Its [4, 1, 3, 3] weight came out of a transpose with strides (9, 36, 3, 1), serialized as dim order
@@ -42,6 +43,7 @@ CONV1D_FORMS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("form", sorted(CONV1D_FORMS))
 def test_every_conv_argument_form_compiles_to_int8(form, target):
@@ -66,6 +68,7 @@ TRANSPOSE_CONVS = [(4, 2, 1, 1, 6), (4, 2, 1, 0, 6), (3, 2, 1, 1, 5), (3, 2, 0, 
                    (3, 1, 1, 0, 6), (5, 3, 2, 2, 4), (3, 3, 0, 2, 3), (4, 2, 2, 1, 7)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel, stride, padding, output_padding, size", TRANSPOSE_CONVS)
 def test_every_transposed_conv_partition_passes_litert_and_tflm(kernel, stride, padding, output_padding, size):
     """ConvTranspose2d(4, 8, 4, stride=2, padding=1, output_padding=1) on 6x6 was written with SAME
@@ -91,6 +94,7 @@ def _batch_norm(module):
     return module
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_batch_norm_on_its_own_is_an_int8_depthwise_convolution(target):
     """A standalone nn.BatchNorm2d stayed float and took 40-110 s to compile (torchao's QAT conv-BN matcher
@@ -105,6 +109,7 @@ def test_a_batch_norm_on_its_own_is_an_int8_depthwise_convolution(target):
         assert np.abs(ours - float_out).max() <= 0.03 * np.abs(float_out).max()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_grouped_transposed_conv_bias_has_a_scale_per_output_channel(target):
     """ConvTranspose2d(9, 3, 3, groups=3) (an upstream NXP case): the bias got one scale for its three
@@ -142,6 +147,7 @@ FORMS_1D_AND_SPLITS = {  # float on the CPU before (ExecuTorch's Cortex-M backen
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", FORMS_1D_AND_SPLITS)
 def test_grouped_convs_1d_ops_and_splits_are_int8(name, target):
@@ -154,6 +160,7 @@ def test_grouped_convs_1d_ops_and_splits_are_int8(name, target):
         check_case(result, inputs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("output_padding", [(1, 1), (1, 0)])
 def test_an_unpadded_transposed_conv_with_output_padding_runs_on_the_npu(output_padding):
     """ExecuTorch's conv_transpose2d_output_padding cases stayed on the CPU: without padding, TRANSPOSE_CONV's

@@ -25,6 +25,7 @@ class TinyDifference(nn.Module):
         return y - (y + 1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_sub_whose_output_scale_tflm_cannot_prepare_runs_on_the_cpu(target):
     """An output scale below the larger input scale / 2^19 gives TFLM's ADD / SUB an output multiplier of 1
@@ -75,6 +76,7 @@ class MaximumWithScalar(nn.Module):
         return torch.maximum(x, y)
 
 
+@pytest.mark.slow
 def test_the_checks_take_a_rank_0_partition_input_and_a_clamp_onto_a_finer_scale():
     """ExecuTorch's maximum broadcast_scalar case: a rank-0 input reached TFLM as a 1-d array (refused).
     conv2d_hardtanh_narrow: Hardtanh(-0.5, 0.5) requantizes the conv's ~4x coarser int8 output onto its
@@ -94,6 +96,7 @@ class SubForms(nn.Module):
         return torch.relu(x - y), torch.sub(x, y, alpha=2), 1.0 - x, x - 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_sub_runs_in_int8_on_the_cpu(target):
     """sub had no CPU rule: one subtraction kept a whole model float on imxrt700-cpu (ExecuTorch's
@@ -136,6 +139,7 @@ class Broadcasts(nn.Module):
         return y * scale, y + row, y - y.mean((2, 3), keepdim=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_broadcasting_add_sub_mul_run_in_int8_on_the_cpu(target):
     """[1, 8, 1, 1] * [1, 8, 5, 5] (the squeeze-excite pattern) and other broadcasts were float on the CPU
@@ -147,6 +151,7 @@ def test_broadcasting_add_sub_mul_run_in_int8_on_the_cpu(target):
         check_case(result, inputs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_division_by_a_tensor_is_int8_on_the_cpu(target):
     """x / y was float (ExecuTorch's Cortex-M backend lowers it to its quantized_div kernel): it is that
@@ -170,6 +175,7 @@ CLAMPS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", CLAMPS)
 def test_a_clamp_with_tensor_bounds_is_int8(name, target):
@@ -181,6 +187,7 @@ def test_a_clamp_with_tensor_bounds_is_int8(name, target):
         check_case(result, inputs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_float_alpha_folds_into_the_second_operands_scale(target):
     """add(x, y, alpha=0.5) stayed float on both targets (ExecuTorch's Cortex-M backend declines it too):
@@ -192,6 +199,7 @@ def test_a_float_alpha_folds_into_the_second_operands_scale(target):
         check_case(result, inputs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_division_by_an_int8_zero_is_zero_in_both_programs(target):
     """ExecuTorch's TwoPartitionPReLUModel divides by a random-signed tensor: where the int8 divisor is its

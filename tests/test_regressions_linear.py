@@ -17,6 +17,8 @@ from regression_helpers import int8_on_the_cpu as _int8_on_the_cpu
 import imxrt.runtime
 from imxrt.npu.compilers.reference import litert_ops
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 
 class LinearTwice(nn.Module):
     def __init__(self):

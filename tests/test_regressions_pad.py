@@ -12,6 +12,8 @@ from program_checks import check_case
 from regression_helpers import TARGETS, Elementwise
 from regression_helpers import compile_seeded as _compile
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 
 class PadAfterGlobalPool(nn.Module):
     def __init__(self):

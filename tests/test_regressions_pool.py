@@ -15,6 +15,8 @@ from regression_helpers import compile_seeded as _compile
 import imxrt.runtime
 from imxrt.pipeline import CompileOptions, compile
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 
 def _round_half_away(values: torch.Tensor) -> torch.Tensor:
     return torch.sign(values) * torch.floor(values.abs() + 0.5)

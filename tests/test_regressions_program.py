@@ -17,6 +17,7 @@ import imxrt.runtime
 from imxrt.pipeline import CompileOptions, compile
 
 
+@pytest.mark.slow
 def test_an_internal_error_is_one_compiler_bug_naming_its_stage(monkeypatch):
     """No raw Python exception escapes compile: an internal failure is an ImxrtError (one CLI line) that
     names the stage and keeps the cause chained for the bug report."""
@@ -54,6 +55,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_a_program_does_not_depend_on_executorchs_cortex_m_module_being_imported():
     """With ExecuTorch's cortex_m op module imported, its fakes traced our one-channel pad (planned as
     (1, 3, 4, 6) for a (1, 1, 6, 6) result: the runtime refused the program) and pools (dim order
@@ -76,6 +78,7 @@ def test_a_program_does_not_depend_on_executorchs_cortex_m_module_being_imported
     assert results[0] == results[1] == results[2]
 
 
+@pytest.mark.slow
 def test_one_channel_values_are_serialized_contiguous():
     """A [N, 1, H, W] value laid out channels_last reads as dim order [0, 2, 1, 3] (its C and W strides tie),
     which no kernel takes; it is given the contiguous order, the same bytes."""
@@ -110,6 +113,7 @@ IN_PLACE = {"sub_": (SubInPlace, [(1, 8), (1, 8)]), "sqrt_": (SqrtInPlace, [(1, 
             "silu_inplace": (lambda: nn.SiLU(inplace=True), [(2, 8)])}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("case", sorted(IN_PLACE))
 def test_a_write_into_an_input_gives_the_models_outputs_and_leaves_the_inputs_alone(case, target):
@@ -153,6 +157,7 @@ UNBATCHED = {  # ExecuTorch's implicit-batch conv cases, and the other ops that 
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", UNBATCHED)
 def test_an_unbatched_input_is_a_batch_of_one(name, target):

@@ -10,6 +10,8 @@ from program_checks import check_case
 from regression_helpers import Elementwise
 from regression_helpers import compile_seeded as _compile
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 
 @pytest.mark.parametrize("size, out", [((4, 5), (25, 9)), ((3, 3), (5, 9))])
 def test_an_align_corners_bilinear_resize_scales_by_its_corner_spacing(size, out):

@@ -18,6 +18,7 @@ class CatWithItsOwnSlice(nn.Module):
         return torch.cat([x[:, 4:], x], 1).mean((2, 3))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_a_cat_of_a_tensor_and_its_own_slice_quantizes(target):
     """cat([x[:, 4:], x]): the slice shares x's qparams and the cat shares its first input's; pt2e's
@@ -45,6 +46,7 @@ class ShuffleBlock(nn.Module):
         return self.b(x)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_channel_shuffle_and_in_place_dropout_compile_to_one_int8_program(target):
     """Dropping the ``contiguous()`` left a ``view`` of transposed strides that failed at calibration ("view
@@ -97,6 +99,7 @@ class Transposed(nn.Module):
         return torch.relu(x).t()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_t_is_int8_data_movement(target):
     """x.t() (ExecuTorch's t_operator case) had no int8 rule and ran in float on both targets."""

@@ -15,6 +15,8 @@ from imxrt.npu.compilers.reference import litert_ops
 from imxrt.passes import run_aten_passes
 from imxrt.pipeline import CompileOptions, compile
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 DIM, HEADS, TOKENS = 32, 4, 10
 
 

@@ -22,6 +22,8 @@ from imxrt.errors import BadFile, BadInput, BadModel, BadOption, BadSource, Comp
 from imxrt.pipeline import CompileOptions, compile
 from imxrt.source import import_file, load_source
 
+pytestmark = pytest.mark.slow  # every test here compiles, trains or evaluates models, some in worker processes
+
 DIGITS = str(EXAMPLES / "digits.py")
 
 

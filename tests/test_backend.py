@@ -22,6 +22,7 @@ class TinyConv(torch.nn.Module):
         return torch.relu(self.conv(x))
 
 
+@pytest.mark.slow
 def test_a_foreign_neutron_backend_class_does_not_capture_our_partitions():
     class NeutronBackend(BackendDetails):  # what importing executorch.backends.nxp defines
         @staticmethod
@@ -64,6 +65,7 @@ class ConvPoolAdd(torch.nn.Module):
         return torch.nn.functional.avg_pool2d(y, 2).flatten(1)
 
 
+@pytest.mark.slow
 def test_every_npu_op_maps_to_the_edge_nodes_it_came_from_and_back():
     """Provenance is complete by construction: each LiteRT op names edge debug handles, and each delegated
     edge node is named by at least one LiteRT op."""

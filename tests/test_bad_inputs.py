@@ -365,6 +365,7 @@ def unbounded(pte, tmp_path_factory) -> dict[str, tuple[list[str], object, str]]
     return {name: (runs[name], *outcomes[name]) for name in runs}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case, path, words", [
     ("device_program", "/dev/zero", "is a character device, not a .pte program or .bpte bundle"),
     ("fifo_program", "fifo", "is a FIFO (named pipe), not a .pte program or .bpte bundle"),

@@ -34,6 +34,8 @@ from imxrt.errors import BadFile
 from imxrt.pte.reader import HOST_MEMORY_CAP
 from imxrt.runtime import load
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 CHANNELS_LAST_SOURCE = SMALL_CONV_NET_SOURCE.replace(
     "return (torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(1)),)",
     "return (torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(1))"

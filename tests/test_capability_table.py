@@ -133,6 +133,7 @@ def compiled():
     return {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", sorted(FORMS))
 def test_what_the_table_accepts_lowers_and_runs_as_tflm_does(form, compiled):
     result, cal = compiled[form] = _compile(form)
@@ -142,6 +143,7 @@ def test_what_the_table_accepts_lowers_and_runs_as_tflm_does(form, compiled):
         check_case(result, inputs)
 
 
+@pytest.mark.slow
 def test_every_row_of_the_table_is_reached(compiled):
     """Runs after the forms (pytest keeps file order): each row was placed on the NPU by some form."""
     if len(compiled) < len(FORMS):
@@ -157,6 +159,7 @@ class AddmmScaled(nn.Module):
         return torch.addmm(b, x, w, beta=0.5, alpha=2.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
 def test_addmm_runs_in_int8(target):
     """addmm had no int8 rule and ran in float (ExecuTorch's Cortex-M backend lowers it): with a constant

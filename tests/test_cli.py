@@ -12,6 +12,8 @@ from edited_programs import SMALL_CONV_NET_SOURCE
 
 from imxrt.cli import EXIT_USER_ERROR, main
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 TINY = SMALL_CONV_NET_SOURCE
 
 BAD_SOURCES = {

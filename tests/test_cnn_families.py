@@ -14,6 +14,8 @@ from program_checks import check_case
 from imxrt.npu.compilers.reference import litert_ops
 from imxrt.pipeline import CompileOptions, compile
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 TARGETS = ("imxrt700", "imxrt700-cpu")
 
 

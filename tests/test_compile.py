@@ -15,6 +15,8 @@ from imxrt.npu import reference_payload
 from imxrt.pipeline import CompileOptions, compile
 from imxrt.source import load_source
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 # model file -> TRANSPOSE ops expected: only an NCHW image input with C > 1 needs one, as the first op

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every test here compiles upstream test models
+
 CONFORMANCE = Path(__file__).resolve().parent.parent / "benchmarks" / "conformance.py"
 TARGETS = ("imxrt700", "imxrt700-cpu")
 # Upstream case -> whether it must run with no float op here (upstream's Cortex-M backend lowers it to int8).

@@ -33,6 +33,8 @@ from imxrt.placement import PlacementLog
 from imxrt.report.placement import build_report
 from imxrt.targets import get_target
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 
 class Cnn(nn.Module):
     """conv+relu, depthwise+relu6, residual add, max pool, hardswish, avg pool, flatten, linear."""

@@ -178,6 +178,7 @@ def _our_schemas() -> dict[str, list[str]]:
             for o in ops.OPS}
 
 
+@pytest.mark.slow
 @needs_tosa
 def test_executorch_first_then_imxrt(subprocesses):
     """ExecuTorch's definitions stay and equal ours (functional and .out, as ExecuTorch defines them
@@ -188,6 +189,7 @@ def test_executorch_first_then_imxrt(subprocesses):
     assert (result["functional"], result["out"]) == ([2], [3])
 
 
+@pytest.mark.slow
 @needs_tosa
 def test_imxrt_first_then_executorch(subprocesses):
     """Our definitions step aside for ExecuTorch's module, which then imports; our .out kernels stay."""
@@ -196,6 +198,7 @@ def test_imxrt_first_then_executorch(subprocesses):
     assert (result["functional"], result["out"]) == ([2], [3])
 
 
+@pytest.mark.slow
 def test_a_different_existing_schema_is_refused(subprocesses):
     result = subprocesses("mismatch")
     assert result["type"] == "SchemaMismatch"

@@ -123,6 +123,7 @@ def _check_against_the_runtime_contract(payload, args, tflite: bytes, reversed_i
             assert list(tflite_shape) == nhwc
 
 
+@pytest.mark.slow
 def test_delegates_hold_the_runtime_payload_mapped_onto_the_program_tensors(sdk):
     sdk.setenv("EIQ_TEST_DOUBLE_REVERSE_IO", "1")
     result = _compile(_seeded(TwoInTwoOut), _inputs())
@@ -142,6 +143,7 @@ def test_delegates_hold_the_runtime_payload_mapped_onto_the_program_tensors(sdk)
     assert _compile(_seeded(TwoInTwoOut), _inputs()).pte == result.pte, "two compiles in one process differ"
 
 
+@pytest.mark.slow
 def test_channels_last_inputs_get_format_flag_1_and_payload_version_1(sdk):
     sdk.setenv("EIQ_TEST_DOUBLE_PAYLOAD_VERSION", "1")
     result = _compile(_seeded(TwoInTwoOut).to(memory_format=torch.channels_last), _inputs(torch.channels_last))
@@ -150,6 +152,7 @@ def test_channels_last_inputs_get_format_flag_1_and_payload_version_1(sdk):
     assert payload.version == 1 and payload.input_flags == (1, 1)
 
 
+@pytest.mark.slow
 def test_a_microcode_program_is_refused_by_the_host_runtime(sdk):
     from imxrt.runtime import load
 
@@ -171,6 +174,7 @@ def example_inputs():
 """
 
 
+@pytest.mark.slow
 def test_converter_options_reach_an_older_sdk_and_its_dumps_land_next_to_the_pte(sdk, tmp_path, capsys):
     sdk.setenv("EIQ_TEST_DOUBLE_FLAT_CONTEXT", "1")  # options as fields of CompilationContext itself
     (tmp_path / "tiny.py").write_text(TINY)
@@ -191,6 +195,7 @@ def test_converter_options_reach_an_older_sdk_and_its_dumps_land_next_to_the_pte
     assert report["neutron_compiler"] == "eiq" and report["partitions"][0]["payload_version"] == 1
 
 
+@pytest.mark.slow
 def test_a_crashing_converter_is_one_line_naming_the_partition_and_its_tflite_is_kept(sdk, tmp_path, capsys):
     sdk.setenv("EIQ_TEST_DOUBLE_MODE", "crash")
     (tmp_path / "tiny.py").write_text(TINY)
@@ -206,6 +211,7 @@ def test_a_crashing_converter_is_one_line_naming_the_partition_and_its_tflite_is
     assert not (out / "model.pte").exists()
 
 
+@pytest.mark.slow
 def test_an_op_the_converter_leaves_out_is_named(sdk):
     sdk.setenv("EIQ_TEST_DOUBLE_MODE", "leave_op")
     x = _inputs()[0]
@@ -243,6 +249,7 @@ def test_converter_options_without_the_sdk_are_refused_naming_the_flag():
                 CompileOptions(show_progress=False, neutron_profiling=True))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ds_cnn", "mobilenet_v1", "resnet8", "autoencoder"])
 def test_an_mlperf_tiny_model_compiles_to_microcode_from_the_command_line(name, sdk, tmp_path, capsys):
     out = tmp_path / name

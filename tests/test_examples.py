@@ -12,6 +12,8 @@ import torch
 
 from imxrt.source import import_file
 
+pytestmark = pytest.mark.slow  # every test here builds, calibrates or compiles the bundled examples
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PROGRAMS = {"qat_ddp.py"}  # scripts to run (torchrun), not SOURCEs; tests/test_qat.py runs them
 SOURCES = sorted(p for p in EXAMPLES.glob("*.py") if not p.name.startswith("_") and p.name not in PROGRAMS)

@@ -14,6 +14,8 @@ from edited_programs import SMALL_CONV_NET_SOURCE
 
 from imxrt.cli import main
 
+pytestmark = pytest.mark.slow  # compiles a program through the command line
+
 INSTALLED = all(importlib.util.find_spec(m) for m in ("model_explorer", "executorch_extension_model_explorer"))
 needs_explorer = pytest.mark.skipif(not INSTALLED, reason="the explorer extra (pip install -e '.[explorer]')")
 

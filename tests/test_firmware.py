@@ -57,6 +57,7 @@ def array_bytes(source: str) -> bytes:
     return bytes(int(h, 16) for h in re.findall(r"0x([0-9a-f]{2})", body))
 
 
+@pytest.mark.slow
 @needs_gcc
 @pytest.mark.parametrize("io", ["int8", "float"])
 def test_c_files_compile_and_hold_the_program(tmp_path, io):

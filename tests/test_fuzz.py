@@ -19,6 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import _argument_sweep as sweep  # noqa: E402
 import _fuzz_harness as harness  # noqa: E402
 
+pytestmark = pytest.mark.slow  # compiles base programs and runs thousands of mutated ones in worker processes
+
 # 50 trials of each mutation: under a minute on two cores, most of it compiling and starting the workers.
 TRIALS = 50 * len(harness.MUTATIONS)
 RESEALED_TRIALS = 25 * len(harness.MUTATIONS)

@@ -42,6 +42,7 @@ def int8_program(name: str, target: str):
     return result, pte, planner.plans, io
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["imxrt700-cpu", "imxrt700"])
 @pytest.mark.parametrize("name", MLPERF_TINY)
 def test_int8_io_program_equals_tflm_and_plans_no_float_tensor(name, target):
@@ -86,6 +87,7 @@ def tiny(io: str, channels_last: bool = False):
     return compile(Net().eval(), (x,), "imxrt700-cpu", data, CompileOptions(show_progress=False, io=io))
 
 
+@pytest.mark.slow
 def test_report_describes_io_for_float_and_int8_programs():
     float_io, int8_io = tiny("float").io, tiny("int8").io
     assert float_io["inputs"][0] | {"dtype": "int8"} == int8_io["inputs"][0]
@@ -94,6 +96,7 @@ def test_report_describes_io_for_float_and_int8_programs():
     assert float_io["outputs"][0]["scale"] == int8_io["outputs"][0]["scale"] is not None
 
 
+@pytest.mark.slow
 def test_channels_last_input_stays_channels_last_with_int8_io():
     (given,) = tiny("int8", channels_last=True).io["inputs"]
     assert given["dim_order"] == [0, 2, 3, 1]

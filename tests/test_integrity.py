@@ -26,6 +26,8 @@ from imxrt import integrity
 from imxrt.cli import main
 from imxrt.errors import BadFile
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 INPUT = torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(1))
 
 

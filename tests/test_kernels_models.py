@@ -7,6 +7,8 @@ import pytest
 from compiled_examples import NAMES, compiled_example
 from test_kernels_ops import assert_bit_exact
 
+pytestmark = pytest.mark.slow  # every test here compiles the bundled examples
+
 MODELS = list(NAMES)
 RANDOM_INPUTS = 5
 

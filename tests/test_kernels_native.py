@@ -30,6 +30,7 @@ def test_the_c_kernels_are_built():
     assert fully_connected._native is conv._native is pooling._native is _native
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ds_cnn", "mobilenet_v2"])
 def test_numpy_convolutions_and_pools_run_the_partition_bit_exactly(name, monkeypatch):
     """Without the C kernels (an install without a compiler) the numpy ones give TFLM's numbers on whole
@@ -47,6 +48,7 @@ def test_numpy_path_is_bit_exact_against_tflm(name, monkeypatch):
     assert_bit_exact(lowered(name), range(3))
 
 
+@pytest.mark.slow
 def test_numpy_path_runs_the_autoencoder_partition_bit_exactly(monkeypatch):
     """Ten FULLY_CONNECTED layers, per-tensor multipliers, relu folded into the output range."""
     monkeypatch.setattr(fully_connected, "_native", None)

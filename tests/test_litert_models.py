@@ -12,6 +12,8 @@ from executorch.examples.models.mlperf_tiny import DSCNNKWS, DeepAutoEncoder, Mo
 from litert_harness import check_lowering, op_names
 from torch import nn
 
+pytestmark = pytest.mark.slow  # every test here quantizes and lowers a whole network
+
 _MOVES = {"TRANSPOSE", "RESHAPE"}
 
 

@@ -27,6 +27,8 @@ from imxrt.placement import PlacementLog
 from imxrt.pte.reader import read_program
 from imxrt.targets import get_target
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 
 class Block(nn.Module):
     def __init__(self, channels: int, expansion: int):

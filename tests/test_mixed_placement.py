@@ -48,6 +48,7 @@ def _entry(report, op, nth=0):
     return [entry for entry in report["ops"] if entry["op"] == op][nth]
 
 
+@pytest.mark.slow
 def test_each_op_the_npu_rejects_runs_as_its_cortex_m_kernel_with_the_npu_reason(probe):
     report = probe[1].report
     upsample = _entry(report, "aten.upsample_nearest2d.vec")
@@ -71,6 +72,7 @@ class WideSoftmax(nn.Module):
         return torch.softmax(self.conv(x), dim=2)
 
 
+@pytest.mark.slow
 def test_a_softmax_the_npu_refuses_runs_on_the_cpu_between_transposes():
     generator = torch.Generator().manual_seed(1)
     data = [(torch.randn(1, 2, 2100, 1, generator=generator),) for _ in range(4)]

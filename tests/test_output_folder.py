@@ -69,6 +69,7 @@ def test_the_manifest_lists_every_file_written_with_its_size_and_sha256(tmp_path
         assert manifest["files"][name] == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, name
 
 
+@pytest.mark.slow
 def test_user_files_in_the_folder_and_in_npu_survive_a_compile_and_a_recompile(tmp_path):
     """Before: `npu/` was removed whole, and `partition_*` and `model_pte.h/.c` even when this compile did not
     write them."""
@@ -261,6 +262,7 @@ def test_exchange_swaps_two_folders(renameat2, tmp_path, monkeypatch):
 # Readers that pair model.pte with report.json
 
 
+@pytest.mark.slow
 def test_run_refuses_a_report_that_belongs_to_another_program(tmp_path, capsys):
     """A model.pte beside the report.json of another compile (a copy, or a replacement under way)."""
     out = tmp_path / "out"
@@ -326,6 +328,7 @@ def test_a_kept_failed_partition_does_not_overwrite_a_user_file(tmp_path):
     assert keep_failed_partition(error, out) not in (kept, out / "npu" / "failed_neutron_0.tflite")
 
 
+@pytest.mark.slow
 def test_imxrt_header_in_a_compiles_folder_is_that_compiles_own(tmp_path, capsys):
     """`imxrt header OUT/model.pte` wrote model_pte.h/.c that no manifest listed: a later `--c-header` compile
     into OUT refused them as the user's, and a plain one left a header of another program beside the new one."""

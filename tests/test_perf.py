@@ -155,6 +155,7 @@ def _estimate(anchor: published_latencies.Anchor) -> dict:
 CALIBRATION_POINTS = [a for a in published_latencies.ANCHORS if a.calibrates and a.target != "cortex-m85"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("anchor", CALIBRATION_POINTS, ids=lambda a: f"{a.model}-{a.target}")
 def test_calibration_point_within_tolerance(anchor):
     report = _estimate(anchor)
@@ -174,6 +175,7 @@ def test_calibration_point_within_tolerance(anchor):
     assert "estimated latency" in latency_line(latency) and "estimate" in latency_line(latency).split(";")[1]
 
 
+@pytest.mark.slow
 def test_estimate_is_deterministic():
     anchor = published_latencies.ANCHORS[0]
     assert _estimate(anchor)["latency"] == _estimate(anchor)["latency"]

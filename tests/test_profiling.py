@@ -27,6 +27,8 @@ from imxrt.cli import EXIT_USER_ERROR, main
 from imxrt.pipeline import CompileOptions, compile
 from imxrt.profiling.etdump import write_etdump
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 
 class NpuCpuNpu(nn.Module):
     """conv + relu (NPU) -> elu (no Neutron kernel: cortex_m table lookup) -> conv + add + linear (NPU)."""

@@ -20,6 +20,8 @@ from imxrt.errors import BadModel, BadOption
 from imxrt.pipeline import CompileOptions
 from imxrt.quantization.observers import QatMovingAverageMinMaxObserver
 
+pytestmark = pytest.mark.slow  # every test here trains and compiles models
+
 OPTIONS = CompileOptions(show_progress=False)
 SHAPE = qat_ranks.SHAPE
 

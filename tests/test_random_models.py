@@ -30,12 +30,14 @@ def test_a_seed_is_one_model(family):
     assert family.build(8)[1].describe() != recipe.describe()
 
 
+@pytest.mark.slow
 def test_random_models_compile_and_match_tflm():
     rows = random_models.run_batch(0, 3, "imxrt700", timeout=300)
     assert [row["seed"] for row in rows] == [0, 1, 2]
     assert [row["outcome"] for row in rows] == ["ok"] * 3, rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
 def test_random_sequence_models_compile_and_match_tflm(target):
     """Recurrent layers, attention, layer norms and token-wise layers in random order and sizes (seeds 7 and 8:
@@ -44,6 +46,7 @@ def test_random_sequence_models_compile_and_match_tflm(target):
     assert [row["outcome"] for row in rows] == ["ok"] * 2, rows
 
 
+@pytest.mark.slow
 def test_movement_chains_that_vanish_in_a_row_leave_no_dangling_tensor():
     """Seed 2118: a gated value (also a model output) shuffled twice, 2 channels in 2 groups, then padded and
     max-pooled. The LiteRT lowering drops a movement chain that does nothing and renames its output to its
@@ -53,6 +56,7 @@ def test_movement_chains_that_vanish_in_a_row_leave_no_dangling_tensor():
     assert [row["outcome"] for row in rows] == ["ok"], rows
 
 
+@pytest.mark.slow
 def test_a_crashing_case_is_recorded_and_the_rest_run(monkeypatch):
     """Case 1 aborts its worker (os.abort, as an oracle's TFLITE_CHECK does): it is that case's crash, and
     case 2 runs in a new worker."""

@@ -34,6 +34,7 @@ def _model_and_data():
     return model, calibration
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu", "cortex-m55"])
 def test_the_recipe_exports_the_program_imxrt_compile_writes(target):
     model, calibration = _model_and_data()

@@ -12,6 +12,8 @@ from imxrt.report.advice import advice_lines
 from imxrt.report.html import render
 from imxrt.source import load_source
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 
 def _total_us(result) -> float:
     return result.report["latency"]["total"]["us"]

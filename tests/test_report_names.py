@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from compiled_examples import compiled_example
 from torch import nn
@@ -10,6 +11,8 @@ from imxrt.pipeline import CompileOptions, compile
 from imxrt.report.html import render
 from imxrt.report.names import label
 from imxrt.report.placement import summary_lines
+
+pytestmark = pytest.mark.slow  # every test here compiles models
 
 
 class Stem(nn.Module):

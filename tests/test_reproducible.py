@@ -26,6 +26,8 @@ from imxrt.profiling.etrecord import etrecord_bytes
 from imxrt.profiling.provenance import trim_history
 from imxrt.targets import get_target
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 
 def _model_and_inputs():
     torch.manual_seed(0)

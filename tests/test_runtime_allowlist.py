@@ -133,6 +133,7 @@ class _ProjectedLstm(torch.nn.Module):
         return self.fc(y[:, -1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
 def test_a_float_linear_on_the_cpu_calls_a_kernel_the_stock_runtime_has(target):
     """A float linear (kept whole through to_edge for the NPU) used to reach the program as aten::linear.out,
@@ -149,6 +150,7 @@ def test_a_float_linear_on_the_cpu_calls_a_kernel_the_stock_runtime_has(target):
     assert outputs.shape == (1, 3) and floats
 
 
+@pytest.mark.slow
 def test_a_program_the_stock_runtime_could_not_load_is_refused_not_written(monkeypatch):
     """The safety net behind the decompositions: an op outside the stock runtime's kernels is a BadModel
     naming it, not a .pte the board would refuse."""

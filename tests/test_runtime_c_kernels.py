@@ -10,6 +10,8 @@ import textwrap
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 # (op, overload, builder of the schema-ordered arguments; the last is ``out``)
 _CASES = {
     "quantize_per_tensor": "lambda x, q, out_q, out_f: [x, 0.05, 3, -128, 127, CHAR, out_q]",

@@ -12,6 +12,8 @@ from executorch.exir import to_edge
 import imxrt.runtime
 from imxrt.cli import EXIT_USER_ERROR, main
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 
 class TwoInTwoOut(torch.nn.Module):
     def forward(self, x, y):

@@ -28,6 +28,8 @@ import imxrt.runtime  # noqa: E402
 from imxrt.npu import reference_payload  # noqa: E402
 from imxrt.pipeline import CompileOptions, compile  # noqa: E402
 
+pytestmark = pytest.mark.slow  # every test here compiles and runs the bundled examples
+
 
 class Compiled:
     """A compiled program, loaded, with the inputs it was built for."""

@@ -8,6 +8,7 @@ one the run takes) must be back after the run, also after one that fails.
 
 from __future__ import annotations
 
+import pytest
 import threadpoolctl
 import torch
 from compiled_examples import tiny
@@ -65,11 +66,13 @@ def probed_run(pte: bytes, monkeypatch, fail: bool = False) -> list[tuple[list[i
     return seen
 
 
+@pytest.mark.slow
 def test_a_cortex_m_program_runs_on_one_thread_and_restores_the_callers_counts(monkeypatch):
     seen = probed_run(cpu_program(), monkeypatch)
     assert len(seen) == 2 and all(blas == [1] * len(blas) and torch_count == 1 for blas, torch_count in seen), seen
 
 
+@pytest.mark.slow
 def test_an_npu_program_runs_on_one_thread_and_restores_the_callers_counts(monkeypatch):
     """Before, only the LiteRT subgraph held BLAS at one thread (not the CPU kernels around it), and nothing
     held torch."""
@@ -77,6 +80,7 @@ def test_an_npu_program_runs_on_one_thread_and_restores_the_callers_counts(monke
     assert len(seen) == 2 and all(blas == [1] * len(blas) and torch_count == 1 for blas, torch_count in seen), seen
 
 
+@pytest.mark.slow
 def test_a_run_that_fails_restores_the_callers_counts(monkeypatch):
     seen = probed_run(cpu_program(), monkeypatch, fail=True)
     assert len(seen) == 1 and seen[0][1] == 1
@@ -96,6 +100,7 @@ def test_the_hold_is_reentrant_and_shared_by_its_holders():
         assert blas_counts() == [CALLER] * len(blas_counts())
 
 
+@pytest.mark.slow
 def test_an_evaluation_worker_holds_one_thread_for_its_life():
     """imxrt.evaluate's worker processes (the pool's initializer) run on one BLAS and one torch thread whatever
     the machine's default, for the fake-quantized program too, not only inside each program run."""

@@ -15,6 +15,8 @@ from program_checks import check_case
 from imxrt.npu.compilers.reference import litert_ops
 from imxrt.pipeline import CompileOptions, compile
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 DIM, HEADS, TOKENS = 32, 4, 10
 
 

@@ -42,6 +42,7 @@ def test_time_major_and_batch_first_layers_compute_the_same_function():
         torch.testing.assert_close(time_major(x), batch_first(x))
 
 
+@pytest.mark.slow
 def test_a_compiled_model_is_a_row_with_every_column(capsys):
     assert sequence.main(["--models", "vit_matmul", "--side", "ours", "--inputs", "1"]) == 0
     (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("vit_matmul")]
@@ -61,6 +62,7 @@ def test_a_model_the_compiler_refuses_is_a_row_with_its_error(monkeypatch, capsy
     assert "gru1                 imxrt     failed after" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["GRU", "LSTM", "transformer"])
 def test_the_digits_rows_models_train_to_over_90_percent_held_out_top1(name):
     import accuracy

@@ -19,6 +19,8 @@ from imxrt.passes.decompose_layer_norm import DecomposeLayerNormPass
 from imxrt.passes.fold_layer_norm_affine import FoldLayerNormAffinePass
 from imxrt.pipeline import CompileOptions, compile
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 aten = torch.ops.aten
 
 

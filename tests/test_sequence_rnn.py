@@ -19,6 +19,8 @@ from imxrt.passes.unroll_recurrent_layers import UnrollRecurrentLayersPass
 from imxrt.pipeline import CompileOptions, compile
 from imxrt.quantization.quantizer import ImxrtQuantizer
 
+pytestmark = pytest.mark.slow  # every test here compiles models
+
 FEATURES = 10  # MFCC coefficients per frame
 
 

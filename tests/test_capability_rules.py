@@ -25,6 +25,8 @@ from imxrt.passes.qdq import DEQUANTIZE_PER_CHANNEL, find_clusters, is_quantize
 from imxrt.pipeline import CompileOptions, compile
 from imxrt.targets import get_target
 
+pytestmark = pytest.mark.slow  # compiles a dozen models and the examples
+
 NPU = get_target("imxrt700").npu
 REFUSED_BY_THE_LOWERING = "the LiteRT lowering refused it"
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 import numpy as np
 import oracles
 import program_checks
+import pytest
 import torch
 from torch import nn
 
 from imxrt.pipeline import CompileOptions, compile
 from imxrt.runtime import load
+
+pytestmark = pytest.mark.slow  # compiles
 
 SHAPE = (1, 4, 8, 8)  # 256 values: every int8 input once
 

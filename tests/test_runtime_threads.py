@@ -8,6 +8,9 @@ one the run takes) must be back after the run, also after one that fails.
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 import threadpoolctl
 import torch
@@ -98,6 +101,29 @@ def test_the_hold_is_reentrant_and_shared_by_its_holders():
         assert blas_counts() == [1] * len(blas_counts())
         hold.leave(outer)
         assert blas_counts() == [CALLER] * len(blas_counts())
+
+
+def test_a_blas_library_loaded_after_the_first_run_is_held_too():
+    """A library imported later (sklearn brings scipy's own OpenBLAS) is found at the next run's enter."""
+    from imxrt.runtime.threads import OneThread, ThreadCount
+
+    counts = {"first": CALLER, "later": CALLER}
+    loaded = ["first"]
+
+    def library(name: str) -> ThreadCount:
+        return ThreadCount(name, lambda: counts[name], lambda threads: counts.__setitem__(name, threads))
+
+    hold = OneThread(lambda: tuple(library(name) for name in loaded))
+    hold.leave(hold.enter())
+    loaded.append("later")
+    sys.modules["imxrt_test_module_bringing_a_blas"] = types.ModuleType("imxrt_test_module_bringing_a_blas")
+    try:
+        threads = hold.enter()
+        assert counts == {"first": 1, "later": 1}
+        hold.leave(threads)
+        assert counts == {"first": CALLER, "later": CALLER}
+    finally:
+        del sys.modules["imxrt_test_module_bringing_a_blas"]
 
 
 @pytest.mark.slow

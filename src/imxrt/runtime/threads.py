@@ -6,7 +6,9 @@ its threads wait for those cores: a 2.4 M-MAC convolution's matmul took 44 ms on
 two busy processes, 0.2 ms on one. So a run (``Interpreter.run``) holds every BLAS library in the process and
 torch's intra-op pool to one thread, and gives the caller's counts back when it ends, however it ends.
 
-Cost: about a microsecond per run. The libraries are found once (threadpoolctl); OpenBLAS on its own threads
+Cost: about a microsecond per run. The libraries are found by threadpoolctl, again only when Python has imported
+modules since the last look (a library such as scipy, which sklearn imports, brings its own OpenBLAS: a hold
+that kept the first list would leave it on all cores); OpenBLAS on its own threads
 is then called through its C API directly (``openblas_get_num_threads`` / ``openblas_set_num_threads``), where
 threadpoolctl's controller methods take 0.4-0.9 us each in Python-level locks and lookups; a count already at
 one is left alone.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import itertools
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,16 +81,22 @@ class OneThread:
             hold.leave(threads)
     """
 
-    def __init__(self, blas: tuple[ThreadCount, ...]) -> None:
-        self.blas = blas
+    def __init__(self, find_blas: Callable[[], tuple[ThreadCount, ...]]) -> None:
+        self._find_blas = find_blas
+        self._modules_seen = -1  # len(sys.modules) when the libraries were last found
+        self.blas: tuple[ThreadCount, ...] = ()
         self._lock = threading.Lock()
         self._holders = 0  # enters not yet left, in every thread
-        self._saved: list[int | None] = [None] * len(blas)  # each library's count when the first holder entered
+        self._saved: list[int | None] = []  # each library's count when the first holder entered
 
     def enter(self) -> int:
         """Hold the counts at one; returns the calling thread's torch count, which ``leave`` takes back."""
         with self._lock:
             if not self._holders:
+                if len(sys.modules) != self._modules_seen:  # an import may have loaded another BLAS
+                    self._modules_seen = len(sys.modules)
+                    self.blas = self._find_blas()
+                    self._saved = [None] * len(self.blas)
                 saved = self._saved
                 for position, library in enumerate(self.blas):
                     saved[position] = threads = library.get()
@@ -113,6 +122,5 @@ class OneThread:
 
 @functools.cache
 def one_thread() -> OneThread:
-    """The process's hold (the libraries loaded when it is first asked for: numpy's BLAS and torch's pool are,
-    by then)."""
-    return OneThread(_blas_counts())
+    """The process's hold: every BLAS library loaded when a run enters it, and torch's pool."""
+    return OneThread(_blas_counts)

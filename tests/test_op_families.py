@@ -10,6 +10,8 @@ import pytest
 import imxrt.cpu.lowering_rules as cpu_rules
 import imxrt.npu.litert.converters as npu_converters
 import imxrt.runtime.litert_preparers as litert_preparers
+from imxrt.op_tables import one_row_per_op
+from imxrt.runtime.litert_model import BUILTIN_NAMES
 
 
 def _modules(package) -> set[str]:
@@ -24,10 +26,10 @@ def test_every_family_module_is_one_of_the_npu_converters(package):
 def test_a_duplicate_cpu_lowering_row_raises():
     op, row = cpu_rules._TABLE[0]
     with pytest.raises(ValueError, match="two CPU lowering rows for"):
-        cpu_rules._build([(op, row), (op, row)])
+        one_row_per_op([(op, row), (op, row)], "CPU lowering rows")
 
 
 def test_a_duplicate_litert_preparer_raises():
     builtin, prepare = litert_preparers._TABLE[0]
     with pytest.raises(ValueError, match="two preparers for CONV_2D"):
-        litert_preparers._build([(builtin, prepare), (builtin, prepare)])
+        one_row_per_op([(builtin, prepare), (builtin, prepare)], "preparers", BUILTIN_NAMES.__getitem__)

@@ -25,6 +25,7 @@ from torch.fx import Node
 
 from imxrt.cpu.lowering_rules import conv, elementwise, linear, pad, pool, reduce, shape
 from imxrt.cpu.lowering_rules.common import Rewrite, edge
+from imxrt.op_tables import one_row_per_op
 
 
 @dataclass(frozen=True)
@@ -79,16 +80,7 @@ _TABLE: list[tuple[object, CpuKernel]] = [
 ]
 
 
-def _build(table: list[tuple[object, CpuKernel]]) -> dict[object, CpuKernel]:
-    kernels: dict[object, CpuKernel] = {}
-    for op, row in table:
-        if op in kernels:
-            raise ValueError(f"two CPU lowering rows for {op}")
-        kernels[op] = row
-    return kernels
-
-
-CPU_KERNELS: dict[object, CpuKernel] = _build(_TABLE)
+CPU_KERNELS: dict[object, CpuKernel] = one_row_per_op(_TABLE, "CPU lowering rows")
 POINTWISE = CpuKernel(_LUT, elementwise.lower_pointwise)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from imxrt.kernels import elementwise as elementwise_kernels
 from imxrt.kernels import pooling
 from imxrt.kernels import reduce as reduce_kernels
+from imxrt.op_tables import one_row_per_op
 from imxrt.runtime.litert_model import BUILTIN_NAMES, Op, OperatorView
 from imxrt.runtime.litert_preparers import conv, elementwise, linear, pad, pool, reduce, resize, shape
 from imxrt.runtime.litert_preparers.common import BlasFree, Evaluate
@@ -62,13 +63,4 @@ _TABLE: list[tuple[int, Preparer]] = [
 ]
 
 
-def _build(table: list[tuple[int, Preparer]]) -> dict[int, Preparer]:
-    preparers: dict[int, Preparer] = {}
-    for builtin, prepare in table:
-        if builtin in preparers:
-            raise ValueError(f"two preparers for {BUILTIN_NAMES[builtin]}")
-        preparers[builtin] = prepare
-    return preparers
-
-
-PREPARERS: dict[int, Preparer] = _build(_TABLE)
+PREPARERS: dict[int, Preparer] = one_row_per_op(_TABLE, "preparers", BUILTIN_NAMES.__getitem__)

@@ -14,6 +14,7 @@ from torch.fx import Node
 
 from imxrt.npu.litert.context import LoweringContext
 from imxrt.npu.litert.converters import conv, elementwise, linear, pad, pool, reduce, resize, shape
+from imxrt.op_tables import one_row_per_op
 
 aten = exir_ops.edge.aten
 Converter = Callable[[LoweringContext, Node], None]
@@ -79,13 +80,4 @@ _TABLE: list[tuple[object, Converter]] = [
 ]
 
 
-def _build(table: list[tuple[object, Converter]]) -> dict[object, Converter]:
-    converters: dict[object, Converter] = {}
-    for op, converter in table:
-        if op in converters:
-            raise ValueError(f"two LiteRT converters for {op}")
-        converters[op] = converter
-    return converters
-
-
-CONVERTERS: dict[object, Converter] = _build(_TABLE)
+CONVERTERS: dict[object, Converter] = one_row_per_op(_TABLE, "LiteRT converters")

@@ -74,7 +74,7 @@ def run_case(case, target: str) -> dict:
         return {**record, "status": "raw", "message": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                 "traceback": traceback.format_exc()[-1500:]}
     summary = result.report["summary"]
-    record["sha256"] = program_digest(result)  # the same bytes before and after a refactor: --json, compare
+    record["sha256"] = program_checks.program_digest(result)  # compared before/after a refactor
     compute = [op for op in result.report["ops"] if not any(q in op["op"] for q in _QDQ_OPS)]
     record.update(status="compiled", partitions=summary["partitions"], int8_only=summary["ops_cpu_float"] == 0,
                   all_npu=bool(compute) and all(op["placement"] == "npu" for op in compute))
@@ -100,16 +100,6 @@ def run_case(case, target: str) -> dict:
         record["tflm_exact"] = record["pte_matches"] = False
     record["problems"] = problems
     return record
-
-
-def program_digest(result) -> str:
-    """SHA-256 over the ``.pte`` and every partition's LiteRT subgraph: what a byte-identity check compares."""
-    import hashlib
-
-    digest = hashlib.sha256(result.pte)
-    for tflite in result.partitions:
-        digest.update(hashlib.sha256(tflite).digest())
-    return digest.hexdigest()
 
 
 def run_upstream_cortex_m(case) -> dict:

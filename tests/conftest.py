@@ -7,7 +7,6 @@ refactor changed any compiled byte.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 
@@ -26,18 +25,17 @@ def _seeded_torch() -> None:
 
 
 def _record_fingerprints(path: str) -> None:
+    from program_checks import program_digest
+
     from imxrt.pipeline import CompileResult
 
     original = CompileResult.__init__
 
     def init(self, *args, **kwargs) -> None:
         original(self, *args, **kwargs)
-        digest = hashlib.sha256(self.pte)
-        for tflite in self.partitions:
-            digest.update(hashlib.sha256(tflite).digest())
         test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" (", 1)[0]
         with open(path, "a") as out:
-            out.write(f"{digest.hexdigest()} {test}\n")
+            out.write(f"{program_digest(self)} {test}\n")
 
     CompileResult.__init__ = init
 

@@ -8,6 +8,7 @@ programs are not the same program (a constant at the wrong scale, a wrong layout
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -19,6 +20,15 @@ QUANTIZED_ROUNDING_LSB = 2  # README.md, "The .pte and the quantized program"
 # Both sides dequantize in float32: q * scale carries a relative error of 2^-24, up to about 1e-5 of one step
 # at |q| = 128, so a difference of exactly 2 steps can read 2.000008.
 _FLOAT32_STEPS = 1e-4
+
+
+def program_digest(result) -> str:
+    """SHA-256 over the ``.pte`` and every partition's LiteRT subgraph: what a byte-identity check compares
+    (``IMXRT_FINGERPRINTS`` in conftest.py, ``benchmarks/conformance.py --json``)."""
+    digest = hashlib.sha256(result.pte)
+    for tflite in result.partitions:
+        digest.update(hashlib.sha256(tflite).digest())
+    return digest.hexdigest()
 
 
 def within_rounding_bound(lsb: float) -> bool:

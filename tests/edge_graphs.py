@@ -26,6 +26,9 @@ def nodes_named(program, op_name: str):
             and getattr(n.target, "__name__", "") == op_name]
 
 
-def aten_passes(gm: torch.fx.GraphModule, qat: bool = False, npu: bool = True) -> torch.fx.GraphModule:
-    """The pipeline's aten passes for the i.MX RT700 (``npu``) or its CPU alone, with that target's qparams."""
-    return run_aten_passes(gm, qat=qat, npu=npu, qparam_flow=qparam_flow(NPU_AND_CPU if npu else CPU_ONLY))
+def aten_passes(gm: torch.fx.GraphModule, qat: bool = False, npu: bool = True, rolled: bool = False
+                ) -> torch.fx.GraphModule:
+    """The pipeline's aten passes for the i.MX RT700 (``npu``) or its CPU alone, with that target's qparams;
+    ``rolled``: recurrent layers as loops, as ``imxrt.compile`` runs them."""
+    return run_aten_passes(gm, qat=qat, npu=npu, qparam_flow=qparam_flow(NPU_AND_CPU if npu else CPU_ONLY),
+                           rolled=rolled)

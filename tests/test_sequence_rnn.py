@@ -1,6 +1,7 @@
-"""GRU, LSTM and Elman RNN keyword spotters (MFCC frames in, class scores out): the recurrent layers and cells unroll
-before quantization (``UnrollRecurrentLayersPass``) into steps the NPU and CMSIS-NN run in int8. Exported
-whole, each layer decomposed only inside ``to_edge`` and ran as ~700 float CPU ops."""
+"""GRU, LSTM and Elman RNN keyword spotters (MFCC frames in, class scores out): before quantization a recurrent
+layer becomes one step of a loop (``UnrollRecurrentLayersPass`` with ``rolled``, ``passes.recurrent_loops``)
+and a cell loop its steps, in ops the NPU and CMSIS-NN run in int8; the loop is rolled into a ``scan`` the stock
+runtime executes. Exported whole, each layer decomposed only inside ``to_edge`` and ran as ~700 float CPU ops."""
 
 import time
 from collections import Counter
@@ -10,11 +11,13 @@ import pytest
 import torch
 import torch.nn as nn
 from edge_graphs import aten_passes
+from executorch.exir._serialize._program import deserialize_pte_binary
 from program_checks import check_case, odd_dim_orders, partition_mismatches
 from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
 import imxrt.runtime
 from imxrt.npu.compilers.reference import litert_ops
+from imxrt.passes.recurrent_loops import find_loops, run_loops
 from imxrt.passes.unroll_recurrent_layers import UnrollRecurrentLayersPass
 from imxrt.pipeline import CompileOptions, compile
 from imxrt.quantization.quantizer import ImxrtQuantizer
@@ -149,6 +152,39 @@ class Encoder(nn.Module):
         return y[:, -1], y.mean(1)
 
 
+@pytest.mark.parametrize("name", sorted(name for name in MODELS | ELMAN_MODELS if "cell" not in name))
+def test_the_rolled_step_run_as_its_loop_equals_the_float_module(name):
+    """Rolled, a layer is one step between loop markers; run as its loop (``run_loops``, as calibration runs
+    it) it is the layer, up to float addition order, and no layer's op is left; the graph holds one step."""
+    torch.manual_seed(0)
+    model = (MODELS | ELMAN_MODELS)[name]().eval()
+    x = torch.randn(1, STEPS, FEATURES)
+    exported = torch.export.export(model, (x,), strict=False)
+    rolled = aten_passes(exported.module(check_guards=False), rolled=True)
+    assert not any(n.target in (torch.ops.aten.gru.input, torch.ops.aten.lstm.input, torch.ops.aten.rnn_tanh.input,
+                                torch.ops.aten.rnn_relu.input) for n in rolled.graph.nodes)
+    loops = find_loops(rolled.graph)
+    assert len(loops) == _rolled_layers(model) and all(loop.steps == STEPS for loop in loops)
+    torch.testing.assert_close(run_loops(rolled, x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def program_operator(plan, instruction) -> str:
+    call = instruction.instr_args
+    return plan.operators[call.op_index].name if hasattr(call, "op_index") else type(call).__name__
+
+
+def test_a_rolled_layer_compiles_to_the_same_program_at_any_length():
+    """Compile work does not grow with the sequence: 6 and 60 frames give programs of the same instructions
+    (the loop's step count is a tensor size), where the unrolled steps had grown 10x."""
+    programs = []
+    for steps in (STEPS, 10 * STEPS):
+        torch.manual_seed(0)
+        result, _ = _compile(RecurrentKWS("lstm", layers=2), "imxrt700-cpu", steps=steps)
+        plan = deserialize_pte_binary(result.pte).program.execution_plan[0]
+        programs.append([program_operator(plan, i) for i in plan.chains[0].instructions])
+    assert programs[0] == programs[1] and len(programs[0]) < 100, len(programs[0])
+
+
 @pytest.mark.parametrize("cell", [nn.GRU, nn.LSTM, nn.RNN])
 @pytest.mark.parametrize("layers", [1, 2])
 def test_a_bidirectional_layer_equals_the_float_module(cell, layers):
@@ -188,24 +224,38 @@ def test_every_step_of_the_hidden_state_reads_one_scale():
     assert {id(getattr(prepared, u.target)) for u in h0.users} == observers
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_recurrent_kws_runs_on_the_npu_in_one_partition(name):
-    """Every gate on the NPU: FULLY_CONNECTED, LOGISTIC, TANH, ADD / SUB / MUL and SPLIT_V (the per-step
-    slices joined); only the model's input quantize and output dequantize on the CPU; TFLM's numbers."""
-    torch.manual_seed(0)
-    model = MODELS[name]()
-    layers = model.rnn.num_layers if hasattr(model, "rnn") else 1
-    result, cal = _compile(model, "imxrt700")
+def _rolled_layers(model) -> int:
+    """How many loops a model compiles to: one per layer of an ``nn.GRU`` / ``nn.LSTM`` / ``nn.RNN`` (a
+    hand-written cell loop is the user's own loop, traced step by step)."""
+    rnn = getattr(model, "rnn", None)
+    return rnn.num_layers if isinstance(rnn, nn.RNNBase) else 0
+
+
+def _assert_one_npu_partition_per_step(result, layers: int, steps: int = STEPS) -> None:
+    """Every op on the NPU but the model's quantize / dequantize (and each loop's initial-state quantize): one
+    partition per layer's step, called once per step, between the partitions before and after the loops."""
     summary = result.report["summary"]
     assert summary["ops_cpu_float"] == 0, [op for op in result.report["ops"] if op["execution"] == "cpu float"]
     cpu = [op["op"] for op in result.report["ops"] if op["placement"] != "npu"]
-    assert summary["partitions"] == 1 and all("quantize" in op for op in cpu), cpu
-    ops = Counter(op for tflite in result.partitions for op in litert_ops(tflite))
-    # one SPLIT_V per step for its gates; a SLICE only for an LSTM step's g gate
-    assert ops["SPLIT_V"] >= layers * (STEPS - 1) and ops["SLICE"] <= layers * STEPS, ops
-    # one input projection per layer (or cell loop) and at most two hidden-state layers per step, not one
-    # input projection per step
-    assert ops["FULLY_CONNECTED"] <= layers * 2 * STEPS + 1, ops
+    assert all("quantize" in op for op in cpu), cpu
+    calls = [p["calls"] for p in result.report["partitions"]]
+    assert sorted(calls) == [1] * (len(calls) - layers) + [steps] * layers, calls
+    assert summary["partitions"] == (2 * layers + 1 if layers else 1), calls
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_recurrent_kws_runs_on_the_npu_one_partition_per_step(name):
+    """Every gate on the NPU: FULLY_CONNECTED, LOGISTIC, TANH, ADD / SUB / MUL and SPLIT_V; a layer is one
+    loop whose step is one partition; TFLM's numbers on every call of it."""
+    torch.manual_seed(0)
+    model = MODELS[name]()
+    layers = _rolled_layers(model)
+    result, cal = _compile(model, "imxrt700")
+    _assert_one_npu_partition_per_step(result, layers)
+    step_ops = [Counter(litert_ops(tflite)) for tflite, p in zip(result.partitions, result.report["partitions"],
+                                                                 strict=True) if p["calls"] > 1]
+    for ops in step_ops:  # the hidden state's layers and the gates, no input projection
+        assert 1 <= ops["FULLY_CONNECTED"] <= 2 and ops["LOGISTIC"] == 1 and ops["TANH"] >= 1, ops
     for inputs in cal[:2]:
         check_case(result, inputs)
 
@@ -218,32 +268,25 @@ def test_an_elman_rnn_runs_in_int8(name, target):
     layer had run as float CPU ops."""
     torch.manual_seed(0)
     model = ELMAN_MODELS[name]()
-    layers = model.rnn.num_layers if hasattr(model, "rnn") else 1
     result, cal = _compile(model, target)
     summary = result.report["summary"]
     assert summary["ops_cpu_float"] == 0, [op["op"] for op in result.report["ops"] if op["execution"] == "cpu float"]
     if target == "imxrt700":
-        cpu = [op["op"] for op in result.report["ops"] if op["placement"] != "npu"]
-        assert summary["partitions"] == 1 and all("quantize" in op for op in cpu), cpu
-        ops = Counter(op for tflite in result.partitions for op in litert_ops(tflite))
-        # per layer one input projection and a hidden-state layer per step after the first; the classifier
-        assert ops["FULLY_CONNECTED"] == layers * STEPS + 1, ops
+        _assert_one_npu_partition_per_step(result, _rolled_layers(model))
     for inputs in cal[:2]:
         check_case(result, inputs)
 
 
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
 def test_every_output_from_a_given_state_runs_on_the_npu(cell):
-    """Two time-major layers from a state given as a model input: the whole sequence (one CONCATENATION of
-    the steps), h_n and c_n leave the one partition; TFLM's numbers."""
+    """Two time-major layers from a state given as a model input: the whole sequence (the loop's stacked
+    output), h_n and c_n (its last carries) leave the loops; TFLM's numbers."""
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(0)
     cal = [(torch.randn(STEPS, 1, FEATURES, generator=generator), torch.randn(2, 1, 8, generator=generator))
            for _ in range(8)]
     result = compile(WholeSequence(cell).eval(), cal[0], "imxrt700", cal, CompileOptions(show_progress=False))
-    summary = result.report["summary"]
-    cpu = [op["op"] for op in result.report["ops"] if op["placement"] != "npu"]
-    assert summary["partitions"] == 1 and summary["ops_cpu_float"] == 0 and all("quantize" in op for op in cpu), cpu
+    _assert_one_npu_partition_per_step(result, layers=2)
     check_case(result, cal[1])
 
 
@@ -407,8 +450,9 @@ def test_recurrent_kws_is_int8_on_the_cpu(name):
 
 
 @pytest.mark.parametrize("cell", ["gru", "lstm"])
-def test_a_49_frame_kws_is_one_int8_partition(cell):
-    """The full-size spotter (49 frames, 64 hidden units): one partition, no float op; prints its figures."""
+def test_a_49_frame_kws_is_one_loop_of_one_partition(cell):
+    """The full-size spotter (49 frames, 64 hidden units): its step one partition called 49 times, no float
+    op; prints its figures."""
     torch.manual_seed(0)
     started = time.perf_counter()
     result, cal = _compile(RecurrentKWS(cell, hidden=64), "imxrt700", steps=49)
@@ -416,5 +460,5 @@ def test_a_49_frame_kws_is_one_int8_partition(cell):
     summary = result.report["summary"]
     print(f"{cell} KWS, 49 frames: compile {seconds:.1f} s, latency {result.report['latency']['total']['us']:.0f} us, "
           f"partitions {summary['partitions']}, float CPU ops {summary['ops_cpu_float']}")
-    assert summary["partitions"] == 1 and summary["ops_cpu_float"] == 0
+    _assert_one_npu_partition_per_step(result, layers=1, steps=49)
     check_case(result, cal[1])

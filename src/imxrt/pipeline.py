@@ -36,6 +36,7 @@ from imxrt.options import NEUTRON_COMPILERS, CompileOptions, resolve_neutron_com
 from imxrt.passes import EDGE_PASSES, run_aten_passes
 from imxrt.passes.int8_io import make_io_int8
 from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
+from imxrt.passes.recurrent_loops import eager_program, has_loops, roll_loops
 from imxrt.placement import PlacementLog
 from imxrt.profiling.instructions import instruction_table
 from imxrt.profiling.provenance import trim_history
@@ -156,6 +157,8 @@ def _compile_quantized(quantized: ExportedProgram, target: Target, options: Comp
         report["memory"] = memory_report(planner.plans, pte, target, options.sram_budget)
         check_sram_budget(report["memory"])
         report["advice"] = advise(report, has_npu=target.npu is not None)  # the estimate and the memory plan
+    if has_loops(quantized.graph):  # its forward runs one step of each recurrent layer: roll them for PyTorch
+        quantized = eager_program(quantized, quantized.example_inputs[0])
     return CompileResult(pte=pte, partitions=partitions, report=report, stage_seconds=seconds, quantized=quantized,
                          npu_files=npu_files, etrecord=program.get_etrecord())
 
@@ -188,7 +191,7 @@ def quantize(
     """Graph passes, then pt2e int8 PTQ with ``ImxrtQuantizer`` (the target's rules; default: the
     i.MX RT700's); returns the re-exported int8 program."""
     graph_module = run_aten_passes(exported.module(check_guards=False), npu=_has_npu(target),
-                                   qparam_flow=rules.qparam_flow(rules.devices_of(target)))
+                                   qparam_flow=rules.qparam_flow(rules.devices_of(target)), rolled=True)
     prepared = prepare_pt2e(graph_module, ImxrtQuantizer(target))
     if calibration is None:
         log.warning("no calibration data given: calibrating on the example inputs alone; pass "
@@ -228,6 +231,7 @@ def lower(
         lowered = lower_to_cortex_m(edge, target.cpu.isa, placement_log)
     if options.io == "int8":
         make_io_int8(lowered.exported_program())
+    roll_loops(lowered.exported_program().graph_module)  # each recurrent layer's step becomes its loop
     lowered._etrecord = edge._etrecord  # a new manager: carry the record on, as ExecuTorch's own stages do
     return lowered
 

@@ -10,6 +10,7 @@ from imxrt import integrity
 from imxrt.cortex_m import ops as cortex_m_ops
 from imxrt.errors import BadModel
 from imxrt.memory.planning_pass import ImxrtMemoryPlanner, memory_planning_pass
+from imxrt.passes.recurrent_loops import walk
 from imxrt.profiling.instructions import EDGE_NAME
 
 
@@ -44,7 +45,7 @@ def to_executorch(edge: EdgeProgramManager, memory_planner: ImxrtMemoryPlanner |
     # to_executorch's passes retrace the graph and name nodes afresh; the report (cost model, profiling)
     # knows them by their edge names, kept here in the metadata the passes carry over.
     for name in edge.methods:
-        for node in edge.exported_program(name).graph.nodes:
+        for node, _owner, _calls in walk(edge.exported_program(name).graph_module):  # loop bodies too
             node.meta.setdefault(EDGE_NAME, node.name)
     planning = memory_planning_pass(memory_planner or ImxrtMemoryPlanner())
     with cortex_m_ops.own_fakes():  # the retrace must lay the cortex_m results out as the lowering did

@@ -42,10 +42,13 @@ from __future__ import annotations
 import operator
 
 import torch
+from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from imxrt.passes._graph import add_constant, call, constant_value, finish
+from imxrt.passes.recurrent_loops import LOOP_CARRY, LOOP_INPUT, LOOP_RESULT, LOOP_STACK
 
 aten = torch.ops.aten
 
@@ -194,8 +197,9 @@ def _layer_initial_state(steps: _Steps, state: Node, layer: int, layers: int, ba
     return steps.op(aten.select.int, state, 0, layer)
 
 
-def _unroll_sequence(gm: GraphModule, node: Node) -> bool:
-    """Unroll one GRU / LSTM / RNN layer node; False (left whole) for a form the steps do not cover."""
+def _unroll_sequence(gm: GraphModule, node: Node, rolled: bool = False) -> bool:
+    """Unroll one GRU / LSTM / RNN layer node (``rolled``: one step, as a loop of ``recurrent_loops``, for a
+    one-direction layer); False (left whole) for a form the steps do not cover."""
     kind = _SEQUENCES[node.target]
     x, hx, params, has_biases, layers, _dropout, _train, bidirectional, batch_first = node.args
     name = _layer_name(node)
@@ -209,6 +213,10 @@ def _unroll_sequence(gm: GraphModule, node: Node) -> bool:
     h_all, c_all = hx if kind == "lstm" else (hx, None)
     batch, time = (x_value.shape[0], x_value.shape[1]) if batch_first else (x_value.shape[1], x_value.shape[0])
 
+    if rolled and directions == 1:
+        with gm.graph.inserting_before(node):
+            _roll_layers(gm, node, kind, name, values, per_direction, layers, x, batch_first, hx, batch, time)
+        return True
     with gm.graph.inserting_before(node):
         steps = _Steps(gm, node, kind, name)
         if batch_first:
@@ -266,6 +274,88 @@ def _unroll_direction(steps: _Steps, weights: _LayerWeights, layer_input: Node, 
             h = steps.rnn_step(steps.slice(flat, start, start + width), h, w_hh_nodes[0])
         hs[t] = h
     return hs, h, c
+
+
+def _roll_layers(gm: GraphModule, node: Node, kind: str, name: str, values: list[torch.Tensor], per_direction: int,
+                 layers: int, x: Node, batch_first: bool, hx, batch: int, time: int) -> None:
+    """A one-direction layer stack as one loop per layer (``recurrent_loops``). The loops run time-major
+    (a loop takes ``xs[t]``): a layer's stacked outputs are the next layer's input as they are, so no view
+    ever reads a loop's stacked output (ExecuTorch plans it as a tensor whose size grows)."""
+    h_all, c_all = hx if kind == "lstm" else (hx, None)
+    layer_input, time_major = x, not batch_first
+    last_h, last_c = [], []
+    for layer in range(layers):
+        w_ih, w_hh, *biases = values[layer * per_direction:(layer + 1) * per_direction]
+        weights = _LayerWeights(kind, w_ih, w_hh, *(biases or (None, None)))
+        steps = _Steps(gm, node, kind, f"{name}.l{layer}")
+        outputs, h, c = _roll_direction(steps, weights, layer_input, time_major, h_all, c_all, layer, layers,
+                                        batch, time)
+        last_h.append(h)
+        last_c.append(c)
+        layer_input, time_major = outputs.stacked, True
+    _replace_outputs(gm, node, steps, outputs, last_h, last_c, batch, time, batch_first)
+
+
+def _roll_direction(steps: _Steps, weights: _LayerWeights, layer_input: Node, time_major: bool, h_all: Node,
+                    c_all: Node | None, index: int, states: int, batch: int, time: int
+                    ) -> tuple[_LoopOutputs, Node, Node | None]:
+    """One layer's loop (``recurrent_loops``): the input projection of every step at once, then one step
+    between the loop's markers. Returns the layer's outputs and its last states (``loop_result``)."""
+    hidden = weights.hidden
+    loop = sum(1 for n in steps.gm.graph.nodes if n.op == "call_function" and n.target is LOOP_INPUT)
+    width = _GATES[steps.kind] * hidden
+    projected = steps.linear(layer_input, steps.constant("w_ih", weights.w_ih), steps.constant("b_ih", weights.b_ih))
+    if time_major:
+        xs = projected
+    elif batch == 1:  # [1, T, G] and [T, 1, G] are the same bytes
+        xs = steps.op(aten.view.default, projected, [time, 1, width])
+    else:
+        xs = steps.op(aten.transpose.int, projected, 0, 1)
+    x_t = steps.op(LOOP_INPUT, xs, loop)
+    fake_mode = detect_fake_mode([layer_input.meta["val"]])
+    carried = []
+    for k, (state, which) in enumerate(((h_all, "h"), (c_all, "c")) if steps.kind == "lstm" else ((h_all, "h"),)):
+        initial = _layer_initial_state(steps, state, index, states, batch, hidden)
+        if initial is None:
+            initial = steps.constant(f"{which}0", torch.zeros(batch, hidden))
+        else:
+            steps.initial_state(initial, which)
+        carry = steps.op(LOOP_CARRY, initial, xs, loop, k)
+        if fake_mode is not None and not isinstance(carry.meta["val"], FakeTensor):  # a constant initial state
+            carry.meta["val"] = fake_mode.from_tensor(carry.meta["val"])  # pt2e observes fake-valued nodes only
+        carried.append(steps.state(carry, which))
+    w_hh_nodes = [steps.constant("w_hh", w) for w in weights.w_hh_parts]
+    if steps.kind == "gru":
+        x_rz, x_n = steps.slice(x_t, 0, 2 * hidden), steps.slice(x_t, 2 * hidden, width)
+        following = [steps.gru_step(x_rz, x_n, carried[0], *w_hh_nodes, steps.constant("b_hn", weights.b_hn),
+                                    hidden)]
+    elif steps.kind == "lstm":
+        following = list(steps.lstm_step(x_t, carried[0], carried[1], w_hh_nodes[0], hidden))
+    else:
+        following = [steps.rnn_step(x_t, carried[0], w_hh_nodes[0])]
+    results = [steps.state(steps.op(LOOP_RESULT, n, loop, k), "hc"[k]) for k, n in enumerate(following)]
+    stacked = steps.op(LOOP_STACK, following[0], loop, time)
+    return _LoopOutputs(steps, stacked, results[0]), results[0], results[1] if len(results) > 1 else None
+
+
+class _LoopOutputs:
+    """A loop's outputs as ``_StepOutputs`` gives them: the last step's state, or the stacked sequence."""
+
+    def __init__(self, steps: _Steps, stacked: Node, last: Node):
+        self.steps, self.stacked, self.last = steps, stacked, last
+
+    def at(self, t: int) -> Node:
+        time = self.stacked.meta["val"].shape[0]
+        if t % time == time - 1:
+            return self.last
+        return self.steps.op(aten.select.int, self.stacked, 0, t % time)
+
+    def sequence(self, batch: int, time: int, batch_first: bool) -> Node:
+        if not batch_first:
+            return self.stacked
+        if batch == 1:
+            return self.steps.op(aten.view.default, self.stacked, [1, time, self.last.meta["val"].shape[-1]])
+        return self.steps.op(aten.transpose.int, self.stacked, 0, 1)
 
 
 class _StepOutputs:
@@ -403,6 +493,10 @@ class UnrollRecurrentLayersPass(PassBase):
     ``to_edge`` and runs in float on the CPU, the report naming the layer); each step's states carry
     ``RECURRENT_STATE``."""
 
+    def __init__(self, rolled: bool = False):
+        super().__init__()
+        self.rolled = rolled
+
     def call(self, gm: GraphModule) -> PassResult:
         modified = False
         projections: dict[tuple[str, Node], Node] = {}
@@ -410,7 +504,7 @@ class UnrollRecurrentLayersPass(PassBase):
             if node.op != "call_function":
                 continue
             if node.target in _SEQUENCES:
-                modified |= _unroll_sequence(gm, node)
+                modified |= _unroll_sequence(gm, node, self.rolled)
             elif node.target in _CELLS:
                 modified |= _unroll_cell(gm, node, projections)
         return PassResult(finish(gm) if modified else gm, modified)

@@ -196,5 +196,26 @@ def kernel_cost(node: Node, isa: Isa) -> CpuCost:
                    overhead + math.ceil(cycles))
 
 
+def loop_step_cost(scan: Node, isa: Isa) -> CpuCost:
+    """The instructions a ``scan`` adds per step, beside its body's kernels (ExecuTorch's emitter): a
+    ``select_copy`` per sequence input, a ``copy_`` per carry and an ``et_copy_index`` per stacked output
+    (kernel calls that copy their bytes), and four ``executorch_prim`` instructions (the step counter, its
+    test, the jump)."""
+    rates = RATES[isa]
+    _, initial, xs, _ = scan.args
+    results = scan.meta["val"]
+    stacked = results[len(initial):]
+    copies = len(xs) + len(initial) + len(stacked)
+    elements = sum(_numel(x) // max(1, x.meta["val"].shape[0]) for x in xs) + sum(_numel(c) for c in initial) + \
+        sum(math.prod(y.shape[1:]) for y in stacked)
+    overhead = copies * rates.kernel_overhead + 4 * PRIM_INSTRUCTION_CYCLES
+    return CpuCost("scan (per step)", Work.COPY, 0, elements, overhead,
+                   overhead + math.ceil(elements * rates.cycles_per_element[Work.COPY]))
+
+
+# An executorch_prim instruction (scalar add / compare, jump): interpreted by the runtime, no kernel call
+# (not calibrated).
+PRIM_INSTRUCTION_CYCLES = 100
+
 # A float MAC in ExecuTorch's portable kernels: load, load, VFMA, loop bookkeeping (not calibrated).
 FLOAT_CYCLES_PER_MAC = 4.0

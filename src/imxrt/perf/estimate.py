@@ -21,6 +21,7 @@ from imxrt import macs
 from imxrt.npu import reference_payload
 from imxrt.npu.backend import DELEGATE_ID
 from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
+from imxrt.passes.recurrent_loops import is_scan, scan_steps, walk
 from imxrt.perf import cpu, npu
 from imxrt.targets import Target
 
@@ -101,6 +102,13 @@ def _partition(delegate: LoweredBackendModule, index: int, target: Target) -> tu
     return entry, ops
 
 
+def _repeated(entry: dict, calls: int, clock_hz: int) -> dict:
+    """An entry of a partition (or of one of its ops) that runs ``calls`` times per inference: its cycles are
+    the total, ``cycles_per_call`` one call's."""
+    total = entry["cycles"] * calls
+    return entry | {"calls": calls, "cycles_per_call": entry["cycles"], "cycles": total, "us": _us(total, clock_hz)}
+
+
 def estimate_latency(edge: EdgeProgramManager, target: Target) -> dict:
     """The latency estimate of a lowered program on ``target``: ``ops`` (execution order, each with its
     device, cycles at that device's clock and microseconds), ``partitions``, ``cpu`` and ``total``."""
@@ -109,16 +117,28 @@ def estimate_latency(edge: EdgeProgramManager, target: Target) -> dict:
     ops: list[dict] = []
     partitions: list[dict] = []
     cpu_cycles = cpu.RATES[target.cpu.isa].inference_overhead
-    for node in gm.graph.nodes:
-        if _is_neutron_call(gm, node):
-            entry, inner = _partition(getattr(gm, node.args[0].target), len(partitions), target)
+    for node, owner, calls in walk(gm):
+        if node.op != "call_function":
+            continue
+        if _is_neutron_call(owner, node):
+            entry, inner = _partition(getattr(owner, node.args[0].target), len(partitions), target)
+            if calls > 1:  # a partition in a recurrent layer's loop runs once per step
+                entry = _repeated(entry, calls, target.npu.clock_hz)
+                inner = [_repeated(op, calls, target.npu.clock_hz) for op in inner]
             partitions.append(entry)
             ops.extend(inner)
+            continue
+        if is_scan(node):  # its body's nodes follow, each counted for every step
+            cost = cpu.loop_step_cost(node, target.cpu.isa)
+            calls *= scan_steps(node)
         elif _costs_cpu(node) and getattr(node.target, "__name__", "") != "executorch_call_delegate":
             cost = cpu.kernel_cost(node, target.cpu.isa)
-            cpu_cycles += cost.cycles
-            ops.append({"name": node.name, "partition": None, "device": "cpu", "cycles": cost.cycles,
-                        "us": _us(cost.cycles, clock), "work": cost.work.value})
+        else:
+            continue
+        cycles = cost.cycles * calls
+        cpu_cycles += cycles
+        ops.append({"name": node.name, "partition": None, "device": "cpu", "cycles": cycles,
+                    "us": _us(cycles, clock), "work": cost.work.value} | ({"calls": calls} if calls > 1 else {}))
     cpu_us = cpu_cycles * 1e6 / clock
     npu_us = sum(p["cycles"] * 1e6 / target.npu.clock_hz for p in partitions) if partitions else 0.0
     total_us = cpu_us + npu_us

@@ -10,9 +10,12 @@ what ``imxrt run --etdump`` needs beside the ``.pte`` to lay the estimates out p
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterator
 
 from executorch.exir import ExecutorchProgramManager, memory, schema
+from torch.fx import Node
 
+from imxrt.passes.recurrent_loops import is_scan, scan_body
 from imxrt.report.names import module_of
 
 CHAIN = 0  # programs have one chain; ExecuTorch's runtime records its index in every event
@@ -27,8 +30,24 @@ def operator_name(operator: schema.Operator) -> str:
 def _emits_instruction(node) -> bool:
     """Whether the emitter turns ``node`` into exactly one instruction. A static, planned view emits none
     (the emitter elides it), but the caller cannot tell that from here: ``_VIEW`` is matched against the
-    chain. Control flow, which emits several, is not in these programs (export refuses it)."""
+    chain. A scan emits several (``_emitted``)."""
     return node.op == "call_function" and node.target not in (operator.getitem, memory.alloc)
+
+
+def _emitted(module) -> Iterator[tuple[Node, Node | None]]:
+    """``(node, None)`` per instruction-emitting node of ``module`` in emission order, and ``(node, scan)``
+    for each instruction a scan writes itself around its body (ExecuTorch's ``_emit_scan``: the step count,
+    a copy per carry, then per step a select per sequence input, the body, a copy per carry, a copy per
+    stacked output, counter add, test and jump back, and the counter's reset)."""
+    for node in module.graph.nodes:
+        if is_scan(node):
+            _, initial, xs, _ = node.args
+            stacked = len(node.meta["val"]) - len(initial)
+            yield from [(node, node)] * (1 + len(initial) + len(xs))
+            yield from _emitted(scan_body(module, node))
+            yield from [(node, node)] * (len(initial) + stacked + 4)
+        elif _emits_instruction(node):
+            yield node, None
 
 
 _VIEW = "executorch_prim::et_view.default"  # what a view that is not elided calls
@@ -46,8 +65,18 @@ def instruction_table(program: ExecutorchProgramManager, latency: dict) -> dict:
     cpu_ops = {op["name"] for op in latency["ops"] if op["device"] == "cpu"}
     graph_module = program.exported_program().graph_module
     rows, mapped, partitions, index = [], set(), 0, 0
-    for node in filter(_emits_instruction, graph_module.graph.nodes):
+    for node, loop in _emitted(graph_module):
         call = instructions[index].instr_args if index < len(instructions) else None
+        if loop is not None:  # a scan's own instruction: its slicing, copies, counter and jump
+            row = {"instruction": index, "loop": loop.name}
+            if isinstance(call, schema.KernelCall):
+                row["op"] = operator_name(plan.operators[call.op_index])
+            if loop.name in cpu_ops and loop.name not in mapped:
+                row["node"] = loop.name
+                mapped.add(loop.name)
+            rows.append(row)
+            index += 1
+            continue
         if node.target is memory.view and not (isinstance(call, schema.KernelCall)
                                                and operator_name(plan.operators[call.op_index]) == _VIEW):
             continue  # elided: the next node takes this instruction (a delegate call's too)

@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from imxrt.errors import BadModel
 from imxrt.model_checks import check_finite_sample, read_samples
+from imxrt.passes.recurrent_loops import run_loops
 
 log = logging.getLogger("imxrt")
 
@@ -42,7 +43,7 @@ def calibrate(
                 sample = tuple(sample) if isinstance(sample, (list, tuple)) else (sample,)
                 check_finite_sample(f"calibration sample {index}", sample)
                 try:
-                    observed(*sample)
+                    run_loops(observed, *sample)
                 except Exception as e:  # a user's calibration tuple that does not fit the model
                     raise BadModel(f"calibration sample {index} could not be run: {e}") from e
                 count = index + 1

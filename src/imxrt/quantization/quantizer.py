@@ -11,6 +11,7 @@ from torchao.quantization.pt2e.quantizer import (
     SharedQuantizationSpec,
 )
 
+from imxrt.passes.recurrent_loops import LOOP_CARRY
 from imxrt.passes.unroll_recurrent_layers import RECURRENT_STATE
 from imxrt.quantization import rules, specs
 
@@ -84,6 +85,7 @@ class ImxrtQuantizer(Quantizer):
     def annotate(self, model: GraphModule) -> GraphModule:
         table = rules.rules_on(model.meta.get(_DEVICES, self.devices))
         self._symmetric = _symmetric_outputs(model.graph, table)
+        _annotate_loop_carries(model, specs.activation_spec(self.qat))  # first: their readers share them
         for node in model.graph.nodes:
             if node.op != "call_function" or _ANNOTATION in node.meta:
                 continue
@@ -194,6 +196,15 @@ class ImxrtQuantizer(Quantizer):
         if len(users) == 1 and rules.is_fusable_activation(users[0]) and _ANNOTATION not in users[0].meta:
             return users[0]
         return None
+
+
+def _annotate_loop_carries(model: GraphModule, act: QuantizationSpecBase) -> None:
+    """A loop's carry (``recurrent_loops.LOOP_CARRY``) leads its state's observer group: its output holds the
+    observer, first in graph order (as pt2e needs of a group's root), so every step's readers find the int8
+    carry. Its initial value stays as it is: rolling the loop quantizes it once, before the first step."""
+    for node in model.graph.nodes:
+        if node.op == "call_function" and node.target is LOOP_CARRY and _is_float_tensor(node):
+            node.meta[_ANNOTATION] = QuantizationAnnotation(input_qspec_map={}, output_qspec=act, _annotated=True)
 
 
 def _share_recurrent_state_observers(model: GraphModule) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from imxrt.op_kinds import is_elementwise_map
+from imxrt.passes.recurrent_loops import LOOP_CARRY, LOOP_INPUT, LOOP_RESULT, LOOP_STACK
 from imxrt.passes.rescale_bmm_operands import QparamFlow
 
 aten = torch.ops.aten
@@ -178,6 +179,8 @@ QUANTIZATION: dict[OpKey, OpQuantization] = {
     aten.maximum.default: _row(SharedWithInput()),
     aten.minimum.default: _row(SharedWithInput()),
     **{op: _row(SharedWithInput()) for op in _DATA_MOVEMENT},
+    # a recurrent loop's markers (``passes.recurrent_loops``): where a step's values enter and leave it
+    **{op: _row(SharedWithInput()) for op in (LOOP_INPUT, LOOP_CARRY, LOOP_RESULT, LOOP_STACK)},
     POINTWISE_UNARY: _row(Compute(), CPU_ONLY),
 }
 

@@ -21,6 +21,7 @@ from imxrt.npu.backend import DELEGATE_ID, delegate_info, payload_description
 from imxrt.npu.compilers.reference import litert_ops
 from imxrt.passes.int8_io import io_metadata
 from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
+from imxrt.passes.recurrent_loops import is_scan, walk
 from imxrt.perf import estimate_latency, latency_line
 from imxrt.perf.estimate import kernel_owners
 from imxrt.placement import PlacementLog, op_name
@@ -44,9 +45,11 @@ def build_report(
     ops: list[dict] = []
     partitions: list[dict] = []
     tflites: list[bytes] = []
-    for node in gm.graph.nodes:
+    for node, owner, calls in walk(gm):  # a loop's step body in place of its scan
+        if is_scan(node) or node.op != "call_function":
+            continue
         if _is_delegate_call(node):
-            delegate: LoweredBackendModule = getattr(gm, node.args[0].target)
+            delegate: LoweredBackendModule = getattr(owner, node.args[0].target)
             if delegate.backend_id != DELEGATE_ID:
                 continue
             index = len(partitions)
@@ -71,6 +74,7 @@ def build_report(
                 "macs": sum(macs.of(n) for n in nodes),
                 **payload_description(blob),
                 "payload_bytes": len(blob),
+                "calls": calls,  # per inference: a partition in a recurrent layer's loop runs once per step
             })
         elif _is_conversion(node):
             ops.append(_op_entry(node, "cpu", None, _conversion_reason(node), 0) | _cpu_execution(node)

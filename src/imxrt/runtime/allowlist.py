@@ -10,7 +10,9 @@ program on the stock runtime's kernels, can contain:
   in the executorch wheel we pin);
 - quantize / dequantize of the quantized kernel library (``kernels/quantized/quantized.yaml``);
 - the ``cortex_m`` ops (``imxrt.cortex_m.ops.OPS``, the stock Cortex-M kernel library's schemas);
-- the ``executorch_prim`` scalar ops and ``et_view`` the runtime implements itself (``ops.py``).
+- the stock runtime's prim ops, which the runtime implements itself (``ops.OWN``): the ``executorch_prim`` scalar
+  ops, ``et_view``, and what the emitter's scan / map loop calls, ``aten::sym_size.int`` and
+  ``executorch_prim::et_copy_index.tensor`` (with schemas of their own: torch registers no such kernels).
 
 Each call's arguments are then checked against the operator's schema at load (``check_call``): the count,
 each value's kind (tensor, int, list, ...), and that every tensor the op writes is planned memory (never a
@@ -85,15 +87,17 @@ def _planned(values: list[schema.EValue], index: int) -> bool:
 
 
 def check_call(op_schema: torch.FunctionSchema, written: tuple[int, ...], args: list[int],
-               values: list[schema.EValue]) -> str | None:
+               values: list[schema.EValue], results: int | None = None) -> str | None:
     """What is wrong with calling ``op_schema`` on the program values ``args``, or None.
 
     ``args`` is what ExecuTorch's emitter writes: the schema's arguments in order, then one value for the
     result (an out variant's out argument again, a list of them if several), or one per return of another
-    op. ``written``: the positions the op writes."""
+    op; ``results`` if the emitter writes another count (none for et_copy_index). ``written``: the positions
+    the op writes."""
     arguments = op_schema.arguments
     outs = [argument for argument in arguments if argument.is_out]
-    results = 1 if outs else max(1, len(op_schema.returns))
+    if results is None:
+        results = 1 if outs else max(1, len(op_schema.returns))
     if len(args) != len(arguments) + results:
         return f"passes {len(args)} values, its schema takes {len(arguments) + results}"
     for position, argument in enumerate(arguments):
@@ -104,8 +108,10 @@ def check_call(op_schema: torch.FunctionSchema, written: tuple[int, ...], args: 
             kinds = (schema.Int,) if isinstance(val, schema.IntList) else (schema.Tensor,)
             if any(item >= 0 and not isinstance(values[item].val, kinds) for item in val.items):
                 return f"passes a list with an item of the wrong kind as argument '{argument.name}'"
-    result = values[args[len(arguments)]].val
-    if len(outs) == 1:
+    result = values[args[len(arguments)]].val if results else None
+    if not results:
+        fits = True
+    elif len(outs) == 1:
         fits = _accepts(outs[0].type, result)
     elif len(outs) > 1:
         fits = isinstance(result, schema.TensorList)

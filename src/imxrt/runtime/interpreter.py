@@ -24,8 +24,9 @@ from imxrt.runtime.neutron import DELEGATE_ID, NeutronDelegate
 
 # A chain with a jump back can loop, which on the device lasts until its condition changes. The host allows a
 # forward MAX_JUMPS_BACK jumps back and refuses the next, so a forward executes at most (MAX_JUMPS_BACK + 1) x
-# the chain's length instructions (a jump to itself would never end). The compiler writes no jumps.
-MAX_JUMPS_BACK = 1000
+# the chain's length instructions (a jump to itself would never end). The compiler's jumps are its recurrent
+# layers' loops (a scan's, once per step): a million steps per forward is past any sequence it compiles.
+MAX_JUMPS_BACK = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class Interpreter:
         self.values = [self._materialize(value) for value in plan.values]
         self.layouts = {index: (tuple(value.shape), value.stride(), value.storage_offset())
                         for index, value in enumerate(self.values) if isinstance(value, torch.Tensor)}
+        self.growing = self._growing()
         self.regions = {
             index: plan_check.Region(value.val.allocation_info.memory_id,
                                      allocation_offset(value.val.allocation_info), tensor_nbytes(value.val))
@@ -118,8 +120,11 @@ class Interpreter:
     def _access(self, instruction) -> plan_check.Access:
         if isinstance(instruction, schema.KernelCall):
             kernel = self.kernels[instruction.op_index]
-            written = [instruction.args[p] for p in kernel.written if p < len(instruction.args)]
-            return plan_check.Access(self._expand(instruction.args), self._expand(written))
+            args = instruction.args
+            written = [args[p] for p in kernel.written if p < len(args)]
+            read = [arg for p, arg in enumerate(args) if p not in kernel.written or p in kernel.grows]
+            return plan_check.Access(self._expand(read), self._expand(written),
+                                     updates=self._expand([args[p] for p in kernel.grows if p < len(args)]))
         if isinstance(instruction, schema.DelegateCall):
             delegate = self.delegates[instruction.delegate_index]
             written = [instruction.args[p] for p in delegate.written(len(instruction.args))]
@@ -131,6 +136,14 @@ class Interpreter:
             return plan_check.Access(frozenset({instruction.cond_value_index}), frozenset(),
                                      jump_to=instruction.destination_instruction)
         return plan_check.Access(frozenset({instruction.value_index}), frozenset())  # FreeCall
+
+    def _growing(self) -> frozenset[int]:
+        """Tensors a kernel resizes while running (et_copy_index's stacked outputs): kernels reading them are
+        checked at each call, and their shape is read when they are given out or taken in again."""
+        return frozenset(instruction.args[p] for instruction in self.instructions
+                         if isinstance(instruction, schema.KernelCall)
+                         for p in self.kernels[instruction.op_index].grows if p < len(instruction.args)
+                         and instruction.args[p] in self.layouts)
 
     def _reassigned(self) -> frozenset[int]:
         """Values an instruction or a run replaces (rather than writes into): everything else is the same
@@ -194,16 +207,18 @@ class Interpreter:
         if problem:
             raise BadFile(self.program.name, f"instruction {step} calls {kernel.name} but {problem}; the file is "
                                              "not a program the compiler writes")
-        checked_per_call = not self._static(indices) or not all(
-            self._constant(indices[p]) for p in kernel.contents_read() if p < len(indices))
+        kernel = kernel.specialize(list(indices), self.program.plan.values)
+        checked_per_call = (not self._static(indices) or not self.growing.isdisjoint(self._expand(indices))
+                            or not all(self._constant(indices[p]) for p in kernel.contents_read() if p < len(indices)))
         if not checked_per_call:
             problem = kernel.precondition([self._resolve(self.values[index]) for index in indices])
             if problem:
                 raise BadFile(self.program.name, f"instruction {step} calls {kernel.name} but {problem}; the file "
                                                  "is not a program the compiler writes")
         following, values = step + 1, self.values
-        written = [indices[p] for p in kernel.written
-                   if not kernel.stores_result and p < len(indices) and indices[p] in self.layouts]
+        written = [indices[p] for p in kernel.written  # a grown tensor keeps the layout its kernel gave it
+                   if not kernel.stores_result and p < len(indices) and indices[p] in self.layouts
+                   and p not in kernel.grows]
         fixed = [(self.values[i], self.layouts[i]) for i in written if i not in self.reassigned]
         moving = [(i, self.layouts[i]) for i in written if i in self.reassigned]  # whatever value is there now
         if self._static(indices):
@@ -267,8 +282,8 @@ class Interpreter:
     def _result(self, index: int):
         """(value index, numpy view of its planned bytes if it is a tensor no instruction replaces)."""
         value = self.values[index]
-        view = _numpy_view(value) if isinstance(value, torch.Tensor) and index not in self.reassigned else None
-        return index, view
+        fixed = isinstance(value, torch.Tensor) and index not in self.reassigned and index not in self.growing
+        return index, _numpy_view(value) if fixed else None
 
     # -- running
 
@@ -285,6 +300,9 @@ class Interpreter:
         if self.check_plan:
             for memory_id, size in enumerate(self.arena.sizes):
                 self.arena.poison(memory_id, 0, size)  # uninitialised reads see garbage too
+        for index, target, _ in self.feeds:  # an input a kernel resized: set_input resizes it to the input's shape
+            if index in self.growing:
+                target.as_strided_(*self.layouts[index])
         self._bind_inputs(inputs)
         self.jumps_back_left = MAX_JUMPS_BACK
         steps, count = self.steps, len(self.steps)

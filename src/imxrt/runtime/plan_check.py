@@ -14,7 +14,9 @@ Special cases:
   reshape compiles to no instruction, only to a second tensor on the same bytes): it keeps that tensor
   (the latest writer of overlapping bytes before the view's first use) alive, and is never poisoned itself;
 - a ``MoveCall`` makes its destination an alias of its source;
-- a backward jump keeps everything used inside the loop alive until the jump;
+- a backward jump keeps everything used inside the loop alive until the jump, and what the loop reads before
+  writing it in an iteration (what it takes in, the state it carries, the earlier rows of a stacked output)
+  until the loop has ended, one step past the jump;
 - program outputs are never poisoned.
 """
 
@@ -30,10 +32,12 @@ FOREVER = 1 << 62
 
 @dataclass(frozen=True)
 class Access:
-    """The planned tensors one instruction reads and writes (value indices, lists expanded)."""
+    """The planned tensors one instruction reads and writes (value indices, lists expanded). A kernel's out
+    tensors are not among its reads, unless it writes only a part of them (``updates``); a delegate's are."""
 
     reads: frozenset[int]
     writes: frozenset[int]
+    updates: frozenset[int] = frozenset()  # written, but the instruction keeps their other bytes (et_copy_index)
     move: tuple[int, int] | None = None  # (from, to) for a MoveCall
     jump_to: int | None = None  # destination of a JumpFalseCall
 
@@ -159,9 +163,24 @@ def _base_of(view: int, regions: dict[int, Region], first: dict[int, int], used_
 
 
 def _extend_over_loops(accesses: Sequence[Access], last: dict[int, int]) -> None:
+    """A backward jump at ``step`` repeats steps jump_to..step. Its next iteration reads again what the loop reads
+    before writing it: that lives until one step past the jump (poisoned after the loop has ended, never between
+    its iterations); whatever else the loop uses is written before it is read, and lives until the jump."""
     for step, access in enumerate(accesses):
         if access.jump_to is not None and access.jump_to <= step:
-            for inner in accesses[access.jump_to:step + 1]:
+            body = accesses[access.jump_to:step + 1]
+            carried = _read_before_written(body)
+            for inner in body:
                 for v in inner.reads | inner.writes:
-                    if v in last and last[v] < step:
-                        last[v] = step
+                    if v in last:
+                        last[v] = max(last[v], step + 1 if v in carried else step)
+
+
+def _read_before_written(body: Sequence[Access]) -> set[int]:
+    """Values a straight run of instructions reads, or writes only in part, before writing them whole."""
+    carried: set[int] = set()
+    whole: set[int] = set()
+    for access in body:
+        carried.update(v for v in access.reads | access.updates if v not in whole)
+        whole.update(access.writes - access.updates)
+    return carried

@@ -21,8 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from executorch.exir.dialects._ops import ops as exir_ops
 from torch.fx import Node
 
+import imxrt.passes.recurrent_loops  # noqa: F401  (defines the imxrt:: loop markers)
 from imxrt.cpu.lowering_rules import conv, elementwise, linear, pad, pool, reduce, shape
 from imxrt.cpu.lowering_rules.common import Rewrite, edge
 from imxrt.op_tables import one_row_per_op
@@ -38,6 +40,9 @@ class CpuKernel:
 
 _LUT = "cortex_m::quantized_activation"
 _PORTABLE = "portable (int8)"
+_LOOP = "the loop's slicing and copies (scan)"
+LOOP_MARKERS = tuple(getattr(exir_ops.edge.imxrt, name).default
+                     for name in ("loop_input", "loop_carry", "loop_result", "loop_stack"))
 
 _TABLE: list[tuple[object, CpuKernel]] = [
     # weighted
@@ -77,6 +82,8 @@ _TABLE: list[tuple[object, CpuKernel]] = [
         edge.cat.default, edge.expand_copy.default)),
     # resize
     (edge.upsample_nearest2d.vec, CpuKernel(_PORTABLE, shape.lower_portable)),
+    # a recurrent loop's markers, on the int8 values: rolling the loop makes them its scan's slices and copies
+    *((op, CpuKernel(_LOOP, shape.lower_loop_marker)) for op in LOOP_MARKERS),
 ]
 
 

@@ -72,3 +72,9 @@ def lower_portable(rw: Rewrite) -> Node:
         return rw.int8(arg) if isinstance(arg, Node) else arg
 
     return rw.emit(rw.anchor.target, tuple(swap(a) for a in rw.anchor.args))
+
+
+def lower_loop_marker(rw: Rewrite) -> Node:
+    """A recurrent loop's marker (where a step's values enter or leave it, ``passes.recurrent_loops``), on
+    the int8 values; rolling the loop turns it into the scan's own slicing and copies."""
+    return lower_portable(rw)

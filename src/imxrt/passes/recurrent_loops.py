@@ -163,43 +163,65 @@ def has_loops(graph: Graph) -> bool:
 
 
 class _LoopRunner(Interpreter):
-    """Runs a template graph as the layers it stands for: each loop's body T times, the carries fed back."""
+    """Runs a template graph as the layers it stands for: each loop's step (as generated code, ``_Step``) for
+    every time step, the carries fed back."""
 
     def __init__(self, module: GraphModule):
         super().__init__(module, garbage_collect_values=False)  # the steps read values after their turn
-        self.loops = find_loops(module.graph)
+        cached = module.meta.get(_STEPS)
+        if cached is None or cached[0] is not module.graph:
+            cached = module.meta[_STEPS] = (module.graph, [_Step(module, loop) for loop in find_loops(module.graph)])
+        steps = cached[1]
         # a loop runs at its last body node, when everything its steps read from outside is computed
-        self.last = {loop.body[-1]: loop for loop in self.loops if loop.body}
-        self.computed_by_loop = {n for loop in self.loops for n in (*loop.body, *loop.results.values(),
-                                                                    *loop.stacks)}
+        self.last = {step.loop.body[-1]: step for step in steps if step.loop.body}
+        self.computed_by_loop = {n for step in steps for n in (*step.loop.body, *step.loop.results.values(),
+                                                               *step.loop.stacks)}
 
     def run_node(self, n: Node):
         if n in self.last:
-            self._run_loop(self.last[n])
+            self.last[n].run(self.env)
         if n in self.computed_by_loop:
             return self.env.get(n)
         return super().run_node(n)
 
-    def _run_loop(self, loop: Loop) -> None:
-        env = self.env
-        xs = [self.env[i.args[0]] for i in loop.inputs]
-        carries = {k: env[c.args[0]] for k, c in loop.carries.items()}
-        stacked: dict[Node, list] = {s: [] for s in loop.stacks}
-        inner = [n for n in loop.body if n not in loop.inputs and n not in loop.carries.values()]
+
+_STEPS = "imxrt_loop_steps"  # GraphModule.meta: (the graph they were made for, its loops' _Step)
+
+
+class _Step:
+    """One loop's step as a GraphModule of its own: (step inputs, carries, values from outside) in, (next
+    carries, stacked values) out."""
+
+    def __init__(self, module: GraphModule, loop: Loop):
+        self.loop = loop
+        self.carries = [loop.carries[k] for k in sorted(loop.carries)]
+        self.results = [loop.results[k] for k in sorted(loop.results)]
+        starts = {*loop.inputs, *self.carries}
+        inner = [n for n in loop.body if n not in starts]
+        inside = set(loop.body)
+        self.externals = list(dict.fromkeys(a for n in inner for a in n.all_input_nodes if a not in inside))
+        graph = Graph()
+        env = {node: graph.placeholder(f"in_{i}") for i, node in enumerate([*loop.inputs, *self.carries,
+                                                                             *self.externals])}
+        for node in inner:
+            env[node] = graph.node_copy(node, lambda a: env[a])
+        graph.output([env[r.args[0]] for r in self.results] + [env[s.args[0]] for s in loop.stacks])
+        self.module = GraphModule(module, graph)
+
+    def run(self, env: dict) -> None:
+        xs = [env[i.args[0]] for i in self.loop.inputs]
+        carries = [env[c.args[0]] for c in self.carries]
+        externals = [env[e] for e in self.externals]
+        stacked: list[list[torch.Tensor]] = [[] for _ in self.loop.stacks]
         for t in range(xs[0].shape[0]):
-            for node, x in zip(loop.inputs, xs, strict=True):
-                env[node] = x[t]
-            for k, node in loop.carries.items():
-                env[node] = carries[k]
-            for node in inner:
-                env[node] = super().run_node(node)
-            carries = {k: env[r.args[0]] for k, r in loop.results.items()}
-            for s in loop.stacks:
-                stacked[s].append(env[s.args[0]])
-        for k, r in loop.results.items():
-            env[r] = carries[k]
-        for s, values in stacked.items():
-            env[s] = torch.stack(values)
+            outputs = self.module(*(x[t] for x in xs), *carries, *externals)
+            carries = outputs[:len(self.results)]
+            for values, value in zip(stacked, outputs[len(self.results):], strict=True):
+                values.append(value)
+        for result, value in zip(self.results, carries, strict=True):
+            env[result] = value
+        for stack, values in zip(self.loop.stacks, stacked, strict=True):
+            env[stack] = torch.stack(values)
 
 
 def run_loops(module: GraphModule, *args):
@@ -207,7 +229,6 @@ def run_loops(module: GraphModule, *args):
     if not has_loops(module.graph):
         return module(*args)
     return _LoopRunner(module).run(*args)
-
 
 
 def _is_quantize(node: Node) -> bool:

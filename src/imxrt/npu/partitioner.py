@@ -19,6 +19,8 @@ from imxrt.npu import support
 from imxrt.npu.backend import ImxrtNeutronBackend
 from imxrt.op_kinds import is_elementwise_map
 from imxrt.passes.qdq import Cluster, find_clusters, is_compute, is_dequantize, is_quantize, tensor_args
+from imxrt.passes.recurrent_loops import find_loops, marker_of
+from imxrt.perf import loop_placement
 from imxrt.placement import PlacementLog
 from imxrt.quantization.rules import QUANTIZATION
 from imxrt.targets import Target
@@ -92,6 +94,7 @@ class NpuPartitioner(Partitioner):
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         graph = exported_program.graph_module.graph
         clusters = find_clusters(graph)
+        on_cpu = self._steps_faster_on_cpu(graph)
         accepted: list[Cluster] = []
         for node in graph.nodes:
             if not is_compute(node):
@@ -100,6 +103,8 @@ class NpuPartitioner(Partitioner):
             ok, reason = support.check(node, cluster, self.target.npu)
             if ok and node.name in self.refused:
                 ok, reason = False, f"the LiteRT lowering refused it: {self.refused[node.name]}"
+            if ok and node in on_cpu:
+                ok, reason = False, on_cpu[node]
             self.log.record(node, ok, reason)
             if ok and cluster is not None and node is cluster.anchor:
                 accepted.append(cluster)
@@ -124,6 +129,17 @@ class NpuPartitioner(Partitioner):
             tags[tag] = self.delegation_spec
         tag_constant_data(exported_program)
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
+
+    def _steps_faster_on_cpu(self, graph) -> dict[Node, str]:
+        """The compute nodes of each recurrent loop's step to keep on the Cortex-M, with the reason: the
+        cheapest placement of the step by the cost model (``perf.loop_placement``)."""
+        on_cpu: dict[Node, str] = {}
+        for loop in find_loops(graph):
+            nodes = [n for n in loop.body if is_compute(n) and marker_of(n) is None]
+            kept, reason = loop_placement.step_placement(nodes, self.target.npu, self.target.cpu.isa,
+                                                         self.target.cpu.clock_hz / self.target.npu.clock_hz)
+            on_cpu.update(dict.fromkeys(kept, reason))
+        return on_cpu
 
     @staticmethod
     def _members(accepted: list[Cluster]) -> set[Node]:

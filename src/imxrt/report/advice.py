@@ -14,6 +14,7 @@ instead of the CPU), ``saves_us`` is that op's CPU time, and the item says it is
 
 from __future__ import annotations
 
+from imxrt.perf import loop_placement
 from imxrt.report.names import label
 
 SHOWN = 3  # items the CLI prints
@@ -88,7 +89,8 @@ def _cpu_ops(report: dict, total: float) -> list[dict]:
     items = []
     for op in report["ops"]:
         if op["placement"] != "cpu" or op.get("model_io") or op.get("execution") not in ("cpu float", "cpu int8") \
-                or us.get(op["name"], 0.0) <= 0 or "converts" in op.get("reason", ""):
+                or us.get(op["name"], 0.0) <= 0 or "converts" in op.get("reason", "") \
+                or op.get("reason", "").startswith(loop_placement.CHOSEN):  # on the CPU as the faster place
             continue
         how = "in float" if op["execution"] == "cpu float" else "in int8 on the CPU, outside the NPU partitions"
         why = op.get("cpu_reason") if op["execution"] == "cpu float" else None

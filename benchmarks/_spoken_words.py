@@ -360,15 +360,18 @@ def evaluate(run: Callable[[np.ndarray], np.ndarray], model: KeywordSpotter, tes
 # ----------------------------------------------------------------------------------------------------
 
 
-def imxrt_program(model: nn.Module, example: torch.Tensor, calibration: list[tuple[torch.Tensor]]):
-    """imxrt's `.pte` for the RT700's Cortex-M33, run on the host runtime (bit-exact with the device)."""
+def imxrt_program(model: nn.Module, example: torch.Tensor, calibration: list[tuple[torch.Tensor]],
+                  target: str = "imxrt700-cpu", cell_state: str = "int8"):
+    """imxrt's `.pte` for ``target`` (``cell_state``: an LSTM's, int8 or float), run on the host runtime
+    (bit-exact with the device)."""
     import imxrt
     import imxrt.runtime
 
-    result = imxrt.compile(model, (example,), target="imxrt700-cpu", calibration=calibration,
-                           options=imxrt.CompileOptions(show_progress=False))
+    result = imxrt.compile(model, (example,), target=target, calibration=calibration,
+                           options=imxrt.CompileOptions(show_progress=False, cell_state=cell_state))
     program = imxrt.runtime.load(result.pte)
-    return lambda x: program.forward(x)[0], f"{len(result.pte)} byte .pte"
+    latency = result.report["latency"]["total"]["us"] / 1000
+    return lambda x: program.forward(x)[0], f"{len(result.pte)} byte .pte, estimated {latency:.2f} ms on {target}"
 
 
 def xnnpack_program(model: nn.Module, example: torch.Tensor, calibration: list[tuple[torch.Tensor]],
@@ -419,6 +422,16 @@ def xnnpack_program(model: nn.Module, example: torch.Tensor, calibration: list[t
                  f"{outside} op(s) outside")
 
 
+PIPELINES = {
+    "imxrt": imxrt_program,  # imxrt700-cpu, int8 cell state
+    "imxrt_npu": functools.partial(imxrt_program, target="imxrt700"),
+    "imxrt_float_cell": functools.partial(imxrt_program, cell_state="float"),
+    "xnnpack": xnnpack_program,
+    "xnnpack_unrolled": functools.partial(xnnpack_program, unroll=True),
+}
+DEFAULT_PIPELINES = ("imxrt", "imxrt_npu", "imxrt_float_cell", "xnnpack")
+
+
 def main(argv=None) -> None:
     import argparse
     import logging
@@ -431,8 +444,7 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, choices=(FRAMES // 2, FRAMES), default=FRAMES // 2)
     parser.add_argument("--calibration", type=int, default=64)
     parser.add_argument("--test-samples", type=int, default=0, help="score only the first N test windows (0: all)")
-    parser.add_argument("--pipelines", nargs="+", choices=("imxrt", "xnnpack", "xnnpack_unrolled"),
-                        default=["imxrt", "xnnpack"])
+    parser.add_argument("--pipelines", nargs="+", choices=tuple(PIPELINES), default=list(DEFAULT_PIPELINES))
     args = parser.parse_args(argv)
     for name in ("torchao", "torch.utils._pytree", "executorch"):
         logging.getLogger(name).setLevel(logging.ERROR)
@@ -444,8 +456,7 @@ def main(argv=None) -> None:
           f"{len(set(test.voices))} held-out voices; {len(WORDS)} words")
     example = torch.from_numpy(train.inputs(args.steps)[:1])
     calibration = [(torch.from_numpy(x[None]),) for x in train.inputs(args.steps)[: args.calibration]]
-    builders = {"imxrt": imxrt_program, "xnnpack": xnnpack_program,
-                "xnnpack_unrolled": functools.partial(xnnpack_program, unroll=True)}
+    builders = PIPELINES
     for kind in args.kinds:
         start = time.perf_counter()
         model = train_model(kind, args.layers, args.hidden, args.steps, train=train)

@@ -482,3 +482,24 @@ def test_a_49_frame_kws_is_one_int8_loop(cell):
           f"partitions {summary['partitions']}, float CPU ops {summary['ops_cpu_float']}")
     _assert_int8_loops(result, layers=1, steps=49)
     check_case(result, cal[1])
+
+
+@pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
+def test_a_float_cell_state_keeps_the_cell_update_in_float(target):
+    """``cell_state="float"``: c = f c + i g and tanh(c) run in float on the CPU (four ops per layer), carried
+    in float from step to step, between int8 gates and an int8 hidden state; the .pte still equals the
+    quantized program within rounding and every partition call TFLM."""
+    torch.manual_seed(0)
+    model = RecurrentKWS("lstm", layers=2).eval()
+    cal = _calibration((1, STEPS, FEATURES))
+    result = compile(model, cal[0], target, cal, CompileOptions(show_progress=False, cell_state="float"))
+    floats = sorted(op["op"] for op in result.report["ops"] if op["execution"] == "cpu float")
+    assert floats == sorted(["aten.mul.Tensor", "aten.mul.Tensor", "aten.add.Tensor", "aten.tanh.default"] * 2)
+    for inputs in cal[:2]:
+        check_case(result, inputs)
+
+
+def test_an_unknown_cell_state_is_refused():
+    with pytest.raises(imxrt.errors.BadOption, match="--cell-state"):
+        compile(RecurrentKWS("lstm").eval(), _calibration((1, STEPS, FEATURES))[0], "imxrt700",
+                options=CompileOptions(cell_state="int16"))

@@ -12,6 +12,8 @@ from imxrt.npu.compilers import eiq
 from imxrt.passes.int8_io import IO_CHOICES
 from imxrt.targets import Target, get_target
 
+CELL_STATE_CHOICES = ("int8", "float")  # an LSTM's cell state (CompileOptions.cell_state)
+
 NEUTRON_COMPILERS = eiq.COMPILER_CHOICES  # auto: eiq when the eIQ Neutron SDK imports, else reference
 
 
@@ -28,6 +30,9 @@ class CompileOptions:
     neutron_profiling: bool = False  # profiling microcode + npu/partition_<i>.kernels.json (kernel -> edge ops)
     sram_budget: int | None = None  # bytes of SRAM the program may use; None: the target's SRAM
     io: str = "float"  # "int8": the program takes and returns the int8 tensors (no float I/O is planned)
+    # an LSTM's cell state: "int8" (one scale across its steps), or "float" (its update, c = f c + i g, and
+    # tanh(c) in float on the CPU between the int8 gates: more kernel calls per step)
+    cell_state: str = "int8"
 
     @property
     def converter(self) -> eiq.ConverterOptions:
@@ -43,6 +48,8 @@ def resolve_options(options: CompileOptions | None, target: str | Target) -> tup
     options = resolve_neutron_compiler(options, target)
     if options.io not in IO_CHOICES:
         raise BadOption("--io", options.io, IO_CHOICES)
+    if options.cell_state not in CELL_STATE_CHOICES:
+        raise BadOption("--cell-state", options.cell_state, CELL_STATE_CHOICES)
     if options.sram_budget is not None and (isinstance(options.sram_budget, bool) or
                                             not isinstance(options.sram_budget, int) or options.sram_budget < 1):
         raise BadOption("--sram-budget", options.sram_budget, "a positive number of bytes (e.g. 512K, 2M)")

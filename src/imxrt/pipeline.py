@@ -191,7 +191,8 @@ def quantize(
     """Graph passes, then pt2e int8 PTQ with ``ImxrtQuantizer`` (the target's rules; default: the
     i.MX RT700's); returns the re-exported int8 program."""
     graph_module = run_aten_passes(exported.module(check_guards=False), npu=_has_npu(target),
-                                   qparam_flow=rules.qparam_flow(rules.devices_of(target)), rolled=True)
+                                   qparam_flow=rules.qparam_flow(rules.devices_of(target)), rolled=True,
+                                   float_cell_state=options.cell_state == "float")
     prepared = prepare_pt2e(graph_module, ImxrtQuantizer(target))
     if calibration is None:
         log.warning("no calibration data given: calibrating on the example inputs alone; pass "

@@ -80,12 +80,13 @@ PARAMETER_FOLDING_PASSES = (FoldConstantsPass, FoldBatchNormPass, FoldHardsigmoi
 
 
 def run_aten_passes(gm: GraphModule, qat: bool = False, npu: bool = True,
-                    qparam_flow: QparamFlow | None = None, rolled: bool = False) -> GraphModule:
+                    qparam_flow: QparamFlow | None = None, rolled: bool = False, float_cell_state: bool = False
+                    ) -> GraphModule:
     """Apply ``ATEN_PASSES`` in order (``NPU_ATEN_PASSES`` only for a target with an NPU; with ``qat``, no
     ``PARAMETER_FOLDING_PASSES``); each returns a ``PassResult``. ``qparam_flow``: the quantizer's fixed and
     shared qparams, which ``RescaleBatchMatmulOperandsPass`` needs (on a target with an NPU). ``rolled``: a
     recurrent layer becomes one step of a loop (``recurrent_loops``), which only ``run_loops`` runs as the
-    layer, instead of all of its steps."""
+    layer, instead of all of its steps; ``float_cell_state``: a rolled LSTM's cell update stays float."""
     if npu and qparam_flow is None:
         raise ValueError("run_aten_passes for a target with an NPU needs the quantizer's qparam_flow")
     for pass_type in ATEN_PASSES:
@@ -94,7 +95,7 @@ def run_aten_passes(gm: GraphModule, qat: bool = False, npu: bool = True,
         if pass_type is RescaleBatchMatmulOperandsPass:
             graph_pass = pass_type(qparam_flow)
         elif pass_type is UnrollRecurrentLayersPass:
-            graph_pass = pass_type(rolled)
+            graph_pass = pass_type(rolled, float_cell_state)
         else:
             graph_pass = pass_type()
         gm = graph_pass(gm).graph_module

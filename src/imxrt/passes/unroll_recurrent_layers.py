@@ -54,6 +54,8 @@ aten = torch.ops.aten
 
 # Node meta key: the recurrent state a node holds one step of (``<layer>.h`` or ``<layer>.c``).
 RECURRENT_STATE = "imxrt_recurrent_state"
+# Node meta key: an op the quantizer leaves in float (a rolled LSTM's cell update, with a float cell state).
+KEEP_FLOAT = "imxrt_keep_float"
 
 _SEQUENCES = {aten.gru.input: "gru", aten.lstm.input: "lstm", aten.rnn_tanh.input: "rnn_tanh",
               aten.rnn_relu.input: "rnn_relu"}
@@ -85,8 +87,16 @@ def is_zero(gm: GraphModule, node: object) -> bool:
 class _Steps:
     """Writes one recurrent layer's steps into ``gm`` before ``like`` (with ``like``'s provenance)."""
 
-    def __init__(self, gm: GraphModule, like: Node, kind: str, name: str):
+    def __init__(self, gm: GraphModule, like: Node, kind: str, name: str, float_cell: bool = False):
         self.gm, self.like, self.kind, self.name = gm, like, kind, name
+        self.float_cell = float_cell  # an LSTM's cell update and tanh(c) stay float (``KEEP_FLOAT``)
+
+    def cell_op(self, target, *args) -> Node:
+        """An op of an LSTM's cell update: in float when the cell state is."""
+        node = self.op(target, *args)
+        if self.float_cell:
+            node.meta[KEEP_FLOAT] = True
+        return node
 
     def op(self, target, *args) -> Node:
         return call(self.gm, target, args, like=self.like)
@@ -138,13 +148,13 @@ class _Steps:
         sig, tanh = self.op(aten.sigmoid.default, pre), self.op(aten.tanh.default, pre)
         i, g = self.slice(sig, 0, hidden), self.slice(tanh, 2 * hidden, 3 * hidden)
         o = self.slice(sig, 3 * hidden, 4 * hidden)
-        new_input = self.op(aten.mul.Tensor, i, g)
+        new_input = self.cell_op(aten.mul.Tensor, i, g)
         if c is None:
             c_next = self.state(new_input, "c")
         else:
-            kept = self.op(aten.mul.Tensor, self.slice(sig, hidden, 2 * hidden), c)
-            c_next = self.state(self.op(aten.add.Tensor, kept, new_input), "c")
-        h_next = self.state(self.op(aten.mul.Tensor, o, self.op(aten.tanh.default, c_next)), "h")
+            kept = self.cell_op(aten.mul.Tensor, self.slice(sig, hidden, 2 * hidden), c)
+            c_next = self.state(self.cell_op(aten.add.Tensor, kept, new_input), "c")
+        h_next = self.state(self.op(aten.mul.Tensor, o, self.cell_op(aten.tanh.default, c_next)), "h")
         return h_next, c_next
 
     def rnn_step(self, x_t: Node, h: Node | None, w_hh: Node) -> Node:
@@ -197,7 +207,7 @@ def _layer_initial_state(steps: _Steps, state: Node, layer: int, layers: int, ba
     return steps.op(aten.select.int, state, 0, layer)
 
 
-def _unroll_sequence(gm: GraphModule, node: Node, rolled: bool = False) -> bool:
+def _unroll_sequence(gm: GraphModule, node: Node, rolled: bool = False, float_cell: bool = False) -> bool:
     """Unroll one GRU / LSTM / RNN layer node (``rolled``: one step, as a loop of ``recurrent_loops``, for a
     one-direction layer); False (left whole) for a form the steps do not cover."""
     kind = _SEQUENCES[node.target]
@@ -215,7 +225,8 @@ def _unroll_sequence(gm: GraphModule, node: Node, rolled: bool = False) -> bool:
 
     if rolled and directions == 1:
         with gm.graph.inserting_before(node):
-            _roll_layers(gm, node, kind, name, values, per_direction, layers, x, batch_first, hx, batch, time)
+            _roll_layers(gm, node, kind, name, values, per_direction, layers, x, batch_first, hx, batch, time,
+                         float_cell)
         return True
     with gm.graph.inserting_before(node):
         steps = _Steps(gm, node, kind, name)
@@ -277,7 +288,7 @@ def _unroll_direction(steps: _Steps, weights: _LayerWeights, layer_input: Node, 
 
 
 def _roll_layers(gm: GraphModule, node: Node, kind: str, name: str, values: list[torch.Tensor], per_direction: int,
-                 layers: int, x: Node, batch_first: bool, hx, batch: int, time: int) -> None:
+                 layers: int, x: Node, batch_first: bool, hx, batch: int, time: int, float_cell: bool) -> None:
     """A one-direction layer stack as one loop per layer (``recurrent_loops``). The loops run time-major
     (a loop takes ``xs[t]``): a layer's stacked outputs are the next layer's input as they are, so no view
     ever reads a loop's stacked output (ExecuTorch plans it as a tensor whose size grows)."""
@@ -287,7 +298,7 @@ def _roll_layers(gm: GraphModule, node: Node, kind: str, name: str, values: list
     for layer in range(layers):
         w_ih, w_hh, *biases = values[layer * per_direction:(layer + 1) * per_direction]
         weights = _LayerWeights(kind, w_ih, w_hh, *(biases or (None, None)))
-        steps = _Steps(gm, node, kind, f"{name}.l{layer}")
+        steps = _Steps(gm, node, kind, f"{name}.l{layer}", float_cell)
         outputs, h, c = _roll_direction(steps, weights, layer_input, time_major, h_all, c_all, layer, layers,
                                         batch, time)
         last_h.append(h)
@@ -320,7 +331,8 @@ def _roll_direction(steps: _Steps, weights: _LayerWeights, layer_input: Node, ti
             initial = steps.constant(f"{which}0", torch.zeros(batch, hidden))
         else:
             steps.initial_state(initial, which)
-        carry = steps.op(LOOP_CARRY, initial, xs, loop, k)
+        carry = steps.op(LOOP_CARRY, initial, xs, loop, k) if which == "h" else \
+            steps.cell_op(LOOP_CARRY, initial, xs, loop, k)
         if fake_mode is not None and not isinstance(carry.meta["val"], FakeTensor):  # a constant initial state
             carry.meta["val"] = fake_mode.from_tensor(carry.meta["val"])  # pt2e observes fake-valued nodes only
         carried.append(steps.state(carry, which))
@@ -333,7 +345,8 @@ def _roll_direction(steps: _Steps, weights: _LayerWeights, layer_input: Node, ti
         following = list(steps.lstm_step(x_t, carried[0], carried[1], w_hh_nodes[0], hidden))
     else:
         following = [steps.rnn_step(x_t, carried[0], w_hh_nodes[0])]
-    results = [steps.state(steps.op(LOOP_RESULT, n, loop, k), "hc"[k]) for k, n in enumerate(following)]
+    results = [steps.state((steps.cell_op if k else steps.op)(LOOP_RESULT, n, loop, k), "hc"[k])
+               for k, n in enumerate(following)]
     stacked = steps.op(LOOP_STACK, following[0], loop, time)
     return _LoopOutputs(steps, stacked, results[0]), results[0], results[1] if len(results) > 1 else None
 
@@ -493,9 +506,9 @@ class UnrollRecurrentLayersPass(PassBase):
     ``to_edge`` and runs in float on the CPU, the report naming the layer); each step's states carry
     ``RECURRENT_STATE``."""
 
-    def __init__(self, rolled: bool = False):
+    def __init__(self, rolled: bool = False, float_cell_state: bool = False):
         super().__init__()
-        self.rolled = rolled
+        self.rolled, self.float_cell_state = rolled, float_cell_state
 
     def call(self, gm: GraphModule) -> PassResult:
         modified = False
@@ -504,7 +517,7 @@ class UnrollRecurrentLayersPass(PassBase):
             if node.op != "call_function":
                 continue
             if node.target in _SEQUENCES:
-                modified |= _unroll_sequence(gm, node, self.rolled)
+                modified |= _unroll_sequence(gm, node, self.rolled, self.float_cell_state)
             elif node.target in _CELLS:
                 modified |= _unroll_cell(gm, node, projections)
         return PassResult(finish(gm) if modified else gm, modified)

@@ -361,7 +361,7 @@ def evaluate(run: Callable[[np.ndarray], np.ndarray], model: KeywordSpotter, tes
 
 
 def imxrt_program(model: nn.Module, example: torch.Tensor, calibration: list[tuple[torch.Tensor]],
-                  target: str = "imxrt700-cpu", cell_state: str = "int8"):
+                  target: str = "imxrt700-cpu", cell_state: str = "float"):
     """imxrt's `.pte` for ``target`` (``cell_state``: an LSTM's, int8 or float), run on the host runtime
     (bit-exact with the device)."""
     import imxrt
@@ -423,13 +423,14 @@ def xnnpack_program(model: nn.Module, example: torch.Tensor, calibration: list[t
 
 
 PIPELINES = {
-    "imxrt": imxrt_program,  # imxrt700-cpu, int8 cell state
+    "imxrt": imxrt_program,  # imxrt700-cpu, the default (float) cell state
     "imxrt_npu": functools.partial(imxrt_program, target="imxrt700"),
-    "imxrt_float_cell": functools.partial(imxrt_program, cell_state="float"),
+    "imxrt_int8_cell": functools.partial(imxrt_program, cell_state="int8"),
+    "imxrt_npu_int8_cell": functools.partial(imxrt_program, target="imxrt700", cell_state="int8"),
     "xnnpack": xnnpack_program,
     "xnnpack_unrolled": functools.partial(xnnpack_program, unroll=True),
 }
-DEFAULT_PIPELINES = ("imxrt", "imxrt_npu", "imxrt_float_cell", "xnnpack")
+DEFAULT_PIPELINES = ("imxrt", "imxrt_npu", "imxrt_int8_cell", "imxrt_npu_int8_cell", "xnnpack")
 
 
 def main(argv=None) -> None:

@@ -110,9 +110,13 @@ def _calibration(shape, samples=8):
     return [(torch.randn(shape, generator=generator),) for _ in range(samples)]
 
 
+# The all-int8 step these tests check (an LSTM's cell state in int8, not the default float one).
+INT8 = CompileOptions(show_progress=False, cell_state="int8")
+
+
 def _compile(model, target, steps=STEPS):
     cal = _calibration((1, steps, FEATURES))
-    return compile(model.eval(), cal[0], target, cal, CompileOptions(show_progress=False)), cal
+    return compile(model.eval(), cal[0], target, cal, INT8), cal
 
 
 @pytest.mark.parametrize("name", sorted(MODELS | ELMAN_MODELS))
@@ -305,7 +309,7 @@ def test_every_output_from_a_given_state_runs_on_the_npu(cell):
     generator = torch.Generator().manual_seed(0)
     cal = [(torch.randn(STEPS, 1, FEATURES, generator=generator), torch.randn(2, 1, 8, generator=generator))
            for _ in range(8)]
-    result = compile(WholeSequence(cell).eval(), cal[0], "imxrt700", cal, CompileOptions(show_progress=False))
+    result = compile(WholeSequence(cell).eval(), cal[0], "imxrt700", cal, INT8)
     _assert_int8_loops(result, layers=2)
     check_case(result, cal[1])
 
@@ -350,7 +354,7 @@ def test_an_unbatched_recurrence_is_int8(form, target):
     torch.manual_seed(0)
     generator = torch.Generator().manual_seed(0)
     cal = [(torch.randn(STEPS, FEATURES, generator=generator),) for _ in range(8)]
-    result = compile(UnbatchedKWS(form).eval(), cal[0], target, cal, CompileOptions(show_progress=False))
+    result = compile(UnbatchedKWS(form).eval(), cal[0], target, cal, INT8)
     assert result.report["summary"]["ops_cpu_float"] == 0, [
         op["op"] for op in result.report["ops"] if op["execution"] == "cpu float"]
     check_case(result, cal[1])
@@ -486,13 +490,13 @@ def test_a_49_frame_kws_is_one_int8_loop(cell):
 
 @pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
 def test_a_float_cell_state_keeps_the_cell_update_in_float(target):
-    """``cell_state="float"``: c = f c + i g and tanh(c) run in float on the CPU (four ops per layer), carried
-    in float from step to step, between int8 gates and an int8 hidden state; the .pte still equals the
-    quantized program within rounding and every partition call TFLM."""
+    """The default float cell state: c = f c + i g and tanh(c) run in float on the CPU (four ops per layer),
+    carried in float from step to step, between int8 gates and an int8 hidden state; the .pte still equals
+    the quantized program within rounding and every partition call TFLM."""
     torch.manual_seed(0)
     model = RecurrentKWS("lstm", layers=2).eval()
     cal = _calibration((1, STEPS, FEATURES))
-    result = compile(model, cal[0], target, cal, CompileOptions(show_progress=False, cell_state="float"))
+    result = compile(model, cal[0], target, cal, CompileOptions(show_progress=False))
     floats = sorted(op["op"] for op in result.report["ops"] if op["execution"] == "cpu float")
     assert floats == sorted(["aten.mul.Tensor", "aten.mul.Tensor", "aten.add.Tensor", "aten.tanh.default"] * 2)
     for inputs in cal[:2]:

@@ -73,10 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     compile_.add_argument("--io", default="float", choices=("float", "int8"),
                           help="model inputs and outputs: float (default; the program quantizes them) or int8 "
                                "(the program takes and returns the int8 tensors, no float I/O in the arena)")
-    compile_.add_argument("--cell-state", default="int8", choices=("int8", "float"),
-                          help="an LSTM's cell state: int8 (default; one scale across its steps) or float (its "
-                               "update and tanh in float on the CPU between the int8 gates: more kernel calls "
-                               "per step)")
+    compile_.add_argument("--cell-state", default="float", choices=("float", "int8"),
+                          help="an LSTM's cell state: float (default; its update and tanh in float on the CPU "
+                               "between the int8 gates, a few more kernel calls per step) or int8 (one scale "
+                               "across its steps: an all-int8 step, less accurate)")
     compile_.add_argument("--c-header", action="store_true",
                           help="also write model_pte.h/.c: the program as a C array with its I/O and arena sizes")
     compile_.add_argument("--bundle", type=int, default=None, metavar="N",

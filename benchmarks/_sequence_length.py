@@ -63,7 +63,7 @@ def compile_in_child(kind: str, steps: int, pipeline: str, limit: float) -> dict
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired:
-        return {"error": f"still compiling after {limit:.0f} s (stopped)"}
+        return {"error": f"> {limit:.0f} s (stopped)"}
     rows = [line[3:] for line in done.stdout.splitlines() if line.startswith("ROW")]
     if not rows:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -73,7 +73,7 @@ def compile_in_child(kind: str, steps: int, pipeline: str, limit: float) -> dict
 
 def _cell(row: dict) -> str:
     if "seconds" not in row:
-        return row["error"][:40]
+        return row["error"][:24]
     text = f"{row['seconds']:6.1f} s {row['rss_mb']:6.0f} MB"
     return text + (" (refused)" if row.get("error") else "")
 
@@ -81,7 +81,8 @@ def _cell(row: dict) -> str:
 def main(lengths=(40, 160, 400), pipelines=("imxrt700", "imxrt700-cpu", "upstream"), limit: float = 600.0) -> None:
     print("3-layer nn.LSTM(40, 256), last step -> linear(256): compile seconds and peak RSS per length, one process"
           " per compile")
-    header = f"{'pipeline':<14}" + "".join(f"{f'{steps} steps':>26}" for steps in lengths) + "   growth 40->400"
+    header = f"{'pipeline':<14}" + "".join(f"{f'{steps} steps':>26}" for steps in lengths) + \
+        f"   growth {lengths[0]}->{lengths[-1]}"
     print(header)
     print("-" * len(header))
     for pipeline in pipelines:
@@ -91,6 +92,9 @@ def main(lengths=(40, 160, 400), pipelines=("imxrt700", "imxrt700-cpu", "upstrea
             growth = (f"   time {rows[-1]['seconds'] / rows[0]['seconds']:.2f}x, "
                       f"RSS {rows[-1]['rss_mb'] / rows[0]['rss_mb']:.2f}x")
         print(f"{pipeline:<14}" + "".join(f"{_cell(r):>26}" for r in rows) + growth)
+        for steps, row in zip(lengths, rows, strict=True):
+            if row.get("error") and "seconds" in row:
+                print(f"{'':14}{steps} steps: {row['error'][:150]}")
         for steps, row in zip(lengths, rows, strict=True):
             if "latency_ms" in row:
                 print(f"{'':14}{steps} steps: estimated {row['latency_ms']:.1f} ms, partitions (calls per "

@@ -35,6 +35,13 @@ up to the order of float additions (the folded biases).
 
 Each hidden (and cell) state node is tagged ``RECURRENT_STATE`` with its layer's name: the quantizer gives
 all steps of a state one observer, so every step reads and writes the same int8 scale.
+
+Rolled (``rolled=True``, what ``imxrt.compile`` runs), a one-direction layer is written as *one* step of a
+loop instead (``passes.recurrent_loops``): the input projection of every step at once, time-major ``xs``, then
+the step above between the loop's markers (its input ``loop_input(xs)``, its states ``loop_carry``, its
+results ``loop_result`` / ``loop_stack``), from a zero state as a constant ``zeros`` carry. With a float cell
+state, an LSTM's cell update and tanh(c) are tagged ``KEEP_FLOAT``: the quantizer leaves them in float.
+Bidirectional layers and cells unroll as above.
 """
 
 from __future__ import annotations

@@ -507,3 +507,22 @@ def test_an_unknown_cell_state_is_refused():
     with pytest.raises(imxrt.errors.BadOption, match="--cell-state"):
         compile(RecurrentKWS("lstm").eval(), _calibration((1, STEPS, FEATURES))[0], "imxrt700",
                 options=CompileOptions(cell_state="int16"))
+
+
+@pytest.mark.parametrize(("quantizable", "layers", "shape"), [(False, 2, (1, 10, 64)), (False, 1, (8, 10, 64)),
+                                                              (False, 1, (1, 50, 64)), (True, 1, (1, 5, 64))])
+def test_executorchs_backend_suite_lstm_cases_compile_and_agree(quantizable, layers, shape):
+    """Cases of ExecuTorch's backend test suite (``backends/test/suite/operators/test_lstm.py``): its nn.LSTM
+    model, and torch.ao's QuantizableLSTM that the suite gives quantizing flows (a Python loop over the
+    steps, which unrolls); the suite's tolerance against the quantized program, TFLM's numbers on every call."""
+    from executorch.backends.test.suite.operators.test_lstm import Model
+
+    torch.manual_seed(0)
+    model = Model(num_layers=layers, use_quantizable_lstm=quantizable).eval()
+    generator = torch.Generator().manual_seed(0)
+    cal = [(torch.randn(*shape, generator=generator),) for _ in range(4)]
+    result = compile(model, cal[0], "imxrt700", cal, CompileOptions(show_progress=False))
+    ours = imxrt.runtime.load(result.pte).forward(*cal[1])[0]
+    reference = result.quantized.module()(*cal[1]).detach().numpy()
+    assert np.allclose(ours, reference, atol=0.1, rtol=0.04)  # the suite's tolerance
+    assert partition_mismatches(result, cal[1]) == []

@@ -236,16 +236,17 @@ def _is_quantize(node: Node) -> bool:
     return node.op == "call_function" and "quantize_per_tensor" in name and "dequantize" not in name
 
 
-def roll_loops(module: GraphModule, attributes_as_inputs: bool = False) -> int:
+def roll_loops(module: GraphModule, aten: bool = False) -> int:
     """Each loop of a lowered (edge) or quantized (aten) graph becomes one ``torch.ops.higher_order.scan``
     whose body is its step's nodes; returns how many. A carry whose marker feeds a quantize (an int8 state)
     is carried in int8: the quantize of its initial value runs once, before the loop. The markers are gone
-    afterwards. ``attributes_as_inputs``: the body reads module attributes (weights) as scan inputs, as
-    ``torch.export`` wants them; else they move into the body (a lowered NPU partition)."""
+    afterwards. ``aten``: an aten graph (``eager_program``), whose body reads module attributes (weights) as
+    scan inputs, as ``torch.export`` wants them; on the edge graph they move into the body (a lowered NPU
+    partition)."""
     graph = module.graph
     loops = find_loops(graph)
     for loop in loops:
-        _roll(module, loop, attributes_as_inputs)
+        _roll(module, loop, aten)
     if loops:
         graph.eliminate_dead_code()
         graph.lint()
@@ -253,7 +254,7 @@ def roll_loops(module: GraphModule, attributes_as_inputs: bool = False) -> int:
     return len(loops)
 
 
-def _roll(module: GraphModule, loop: Loop, attributes_as_inputs: bool) -> None:
+def _roll(module: GraphModule, loop: Loop, aten: bool) -> None:
     graph = module.graph
     ends = [*(loop.results[k] for k in sorted(loop.results)), *loop.stacks]
     first_end = min(ends, key=lambda n: _order(graph)[n])
@@ -285,7 +286,7 @@ def _roll(module: GraphModule, loop: Loop, attributes_as_inputs: bool) -> None:
         env[carried[k]] = _placeholder(body, f"carry_{k}", carried[k])
     for i, marker in enumerate(loop.inputs):
         env[marker] = _placeholder(body, f"x_{i}", marker)
-    moved = [] if attributes_as_inputs else [node for node in externals if node.op == "get_attr"]
+    moved = [] if aten else [node for node in externals if node.op == "get_attr"]
     for node in externals:  # a module attribute (an NPU partition's lowered module) moves with the body
         env[node] = body.get_attr(node.target) if node in moved else _placeholder(body, node.name, node)
     externals = [node for node in externals if node not in moved]
@@ -319,7 +320,7 @@ def _roll(module: GraphModule, loop: Loop, attributes_as_inputs: bool) -> None:
                 dequantize = end.args[0]
                 item = graph.call_function(dequantize.target, (item, *dequantize.args[1:]), dict(dequantize.kwargs))
                 item.meta["val"] = end.meta["val"]
-            if end in loop.stacks and any(_is_view(user) for user in end.users):
+            if not aten and end in loop.stacks and any(_is_view(user) for user in end.users):
                 # ExecuTorch plans a stacked output as a tensor that grows each step; a view of it would be
                 # planned as a fixed one: read it through a copy
                 item = graph.call_function(exir_ops.edge.aten.clone.default, (item,))
@@ -361,7 +362,7 @@ def eager_program(template: ExportedProgram, example_inputs: tuple) -> ExportedP
     step of each): what the host runtime's ``.pte`` is compared against, and what evaluates the quantized
     model in PyTorch."""
     module = template.module(check_guards=False)
-    roll_loops(module, attributes_as_inputs=True)
+    roll_loops(module, aten=True)
     return torch.export.export(module, tuple(example_inputs), strict=False)
 
 

@@ -16,12 +16,17 @@ from executorch.exir.lowered_backend_module import LoweredBackendModule
 from torch.fx import Node
 
 from imxrt.passes.qdq import is_dequantize, is_quantize, tensor_args
+from imxrt.passes.unroll_recurrent_layers import keeps_float
 from imxrt.quantization.rules import Device, runs_in_int8
 
 
 def op_name(node: Node) -> str:
     """``aten.convolution.default`` style name of an edge node's op."""
     return getattr(node.target, "__name__", str(node.target))
+
+
+# How the reason of an LSTM's float cell update starts (the advice knows a chosen float op by it).
+FLOAT_CELL_STATE = "an LSTM's cell state is float (--cell-state float, the default)"
 
 
 def not_quantized_reason(node: Node) -> str:
@@ -33,6 +38,9 @@ def not_quantized_reason(node: Node) -> str:
     stack = node.meta.get("nn_module_stack") or {}
     path, module_type = list(stack.values())[-1] if stack else ("", "")
     where = f" in {module_type.rsplit('.', 1)[-1]} '{path}'" if path else ""
+    if keeps_float(node):
+        return (f"{FLOAT_CELL_STATE}{where}: its update runs in float (--cell-state int8: the step all int8, "
+                "less accurate)")
     if runs_in_int8(getattr(node.target, "_op", None), Device.NPU):  # an operand or its result is the cause
         odd = [a.name for a in tensor_args(node) if not is_dequantize(a)]
         if odd:

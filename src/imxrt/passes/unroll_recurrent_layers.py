@@ -61,8 +61,13 @@ aten = torch.ops.aten
 
 # Node meta key: the recurrent state a node holds one step of (``<layer>.h`` or ``<layer>.c``).
 RECURRENT_STATE = "imxrt_recurrent_state"
-# Node meta key: an op the quantizer leaves in float (a rolled LSTM's cell update, with a float cell state).
+# Key in a node's ``meta["custom"]`` (kept through export and to_edge): an op the quantizer leaves in float
+# (a rolled LSTM's cell update, with a float cell state); ``keeps_float`` reads it.
 KEEP_FLOAT = "imxrt_keep_float"
+
+
+def keeps_float(node: Node) -> bool:
+    return bool((node.meta.get("custom") or {}).get(KEEP_FLOAT))
 
 _SEQUENCES = {aten.gru.input: "gru", aten.lstm.input: "lstm", aten.rnn_tanh.input: "rnn_tanh",
               aten.rnn_relu.input: "rnn_relu"}
@@ -102,7 +107,7 @@ class _Steps:
         """An op of an LSTM's cell update: in float when the cell state is."""
         node = self.op(target, *args)
         if self.float_cell:
-            node.meta[KEEP_FLOAT] = True
+            node.meta["custom"] = {**(node.meta.get("custom") or {}), KEEP_FLOAT: True}
         return node
 
     def op(self, target, *args) -> Node:

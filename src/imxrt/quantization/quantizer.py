@@ -12,7 +12,7 @@ from torchao.quantization.pt2e.quantizer import (
 )
 
 from imxrt.passes.recurrent_loops import LOOP_CARRY
-from imxrt.passes.unroll_recurrent_layers import KEEP_FLOAT, RECURRENT_STATE
+from imxrt.passes.unroll_recurrent_layers import RECURRENT_STATE, keeps_float
 from imxrt.quantization import rules, specs
 
 _ANNOTATION = "quantization_annotation"
@@ -87,7 +87,7 @@ class ImxrtQuantizer(Quantizer):
         self._symmetric = _symmetric_outputs(model.graph, table)
         _annotate_loop_carries(model, specs.activation_spec(self.qat))  # first: their readers share them
         for node in model.graph.nodes:
-            if node.op != "call_function" or _ANNOTATION in node.meta or node.meta.get(KEEP_FLOAT):
+            if node.op != "call_function" or _ANNOTATION in node.meta or keeps_float(node):
                 continue
             rule = rules.rule_for(table, node)
             if rule is None or not _is_float_tensor(node):
@@ -204,7 +204,7 @@ def _annotate_loop_carries(model: GraphModule, act: QuantizationSpecBase) -> Non
     carry. Its initial value stays as it is: rolling the loop quantizes it once, before the first step."""
     for node in model.graph.nodes:
         if node.op == "call_function" and node.target is LOOP_CARRY and _is_float_tensor(node) \
-                and not node.meta.get(KEEP_FLOAT):
+                and not keeps_float(node):
             node.meta[_ANNOTATION] = QuantizationAnnotation(input_qspec_map={}, output_qspec=act, _annotated=True)
 
 

@@ -9,12 +9,14 @@ instead of the CPU), ``saves_us`` is that op's CPU time, and the item says it is
     io_int8              the CPU converts float model inputs to int8 and int8 outputs to float: --io int8
     channels_last_input  the NPU transposes an NCHW model input to NHWC first: a channels_last model input
     cpu_op               an op runs on the CPU (in float, or in int8 between partitions): the rule it failed
+    cell_state           an LSTM's cell update runs in float (the default): --cell-state int8, less accurate
     sram_peak            the tensors live at the arena's peak, the largest first
 """
 
 from __future__ import annotations
 
 from imxrt.perf import loop_placement
+from imxrt.placement import FLOAT_CELL_STATE
 from imxrt.report.names import label
 
 SHOWN = 3  # items the CLI prints
@@ -26,7 +28,7 @@ def advise(report: dict, has_npu: bool) -> list[dict]:
     largest first, then the SRAM peak. Ops left on the CPU are advice only where an NPU could take them."""
     latency = report["latency"]
     total = float(latency["total"]["us"])
-    items = [_io_int8(report, total), _channels_last_input(report, total)]
+    items = [_io_int8(report, total), _channels_last_input(report, total), _cell_state(report, total)]
     if has_npu:
         items += _cpu_ops(report, total)
     ranked = sorted((item for item in items if item is not None), key=lambda item: -item["saves_us"])[:MOST]
@@ -90,7 +92,7 @@ def _cpu_ops(report: dict, total: float) -> list[dict]:
     for op in report["ops"]:
         if op["placement"] != "cpu" or op.get("model_io") or op.get("execution") not in ("cpu float", "cpu int8") \
                 or us.get(op["name"], 0.0) <= 0 or "converts" in op.get("reason", "") \
-                or op.get("reason", "").startswith(loop_placement.CHOSEN):  # on the CPU as the faster place
+                or op.get("reason", "").startswith((loop_placement.CHOSEN, FLOAT_CELL_STATE)):  # chosen there
             continue
         how = "in float" if op["execution"] == "cpu float" else "in int8 on the CPU, outside the NPU partitions"
         why = op.get("cpu_reason") if op["execution"] == "cpu float" else None
@@ -103,6 +105,23 @@ def _cpu_ops(report: dict, total: float) -> list[dict]:
             "at_most": True,  # the NPU would run it in some time of its own, which the estimate cannot know
         }, total, us[op["name"]]))
     return items
+
+
+def _cell_state(report: dict, total: float) -> dict | None:
+    """An LSTM's float cell update: an int8 one saves at most its float ops' time, at some accuracy."""
+    us = _cpu_us(report)
+    ops = [op for op in report["ops"] if op.get("reason", "").startswith(FLOAT_CELL_STATE)]
+    saves = sum(us.get(op["name"], 0.0) for op in ops)
+    if saves <= 0:
+        return None
+    return _timed({
+        "kind": "cell_state",
+        "title": "an LSTM's float cell state",
+        "change": "--cell-state int8 (CompileOptions(cell_state=\"int8\")): the cell update in int8 too, one "
+                  "scale across its steps; check the accuracy it costs (imxrt evaluate)",
+        "why": f"{len(ops)} float op(s) per step update the cell state on the CPU",
+        "at_most": True,  # the int8 ops take some time of their own
+    }, total, saves)
 
 
 def _sram_peak(report: dict) -> dict | None:

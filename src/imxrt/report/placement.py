@@ -42,6 +42,10 @@ def build_report(
 
     Ops are listed in execution order; a delegate call stands for its partition's ops."""
     gm = edge.exported_program().graph_module
+    user_inputs = set(edge.exported_program().graph_signature.user_inputs)
+    for node in gm.graph.nodes:  # a constant (a loop's zero initial state) is no model input
+        if node.op == "placeholder" and node.name not in user_inputs:
+            node.meta[_CONSTANT] = True
     ops: list[dict] = []
     partitions: list[dict] = []
     tflites: list[bytes] = []
@@ -119,11 +123,15 @@ def build_report(
 _TO_DIM_ORDER_COPY = exir_ops.edge.dim_order_ops._to_dim_order_copy.default
 
 
+_CONSTANT = "imxrt_constant_placeholder"  # node meta: a placeholder that holds a constant, not a model input
+
+
 def _model_input(value: object) -> str | None:
     """The model input a delegate argument is (int8 I/O) or the quantize of (float I/O), else None."""
     if isinstance(value, Node) and (is_quantize(value) or _is_quantize_kernel(value)) and value.args:
         value = value.args[0]
-    return value.name if isinstance(value, Node) and value.op == "placeholder" else None
+    return value.name if isinstance(value, Node) and value.op == "placeholder" and not value.meta.get(_CONSTANT) \
+        else None
 
 
 def _input_transposes(call: Node, tflite: bytes) -> list[dict]:
@@ -205,7 +213,9 @@ def _conversion_reason(node: Node) -> str:
     """Why a quantize / dequantize runs on the CPU: it converts at the float edge of the int8 program."""
     if is_quantize(node) or _is_quantize_kernel(node):
         source = node.args[0]
-        what = "the float model input" if source.op == "placeholder" else f"the float output of {source.name}"
+        what = "the float model input" if _model_input(node) is not None else \
+            "a constant (a recurrent layer's initial state, once per inference)" if source.op == "placeholder" else \
+            f"the float output of {source.name}"
         return f"converts {what} to int8"
     if any(user.op == "output" for user in node.users):
         return "converts an int8 model output to float"

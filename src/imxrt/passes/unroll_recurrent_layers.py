@@ -36,12 +36,13 @@ up to the order of float additions (the folded biases).
 Each hidden (and cell) state node is tagged ``RECURRENT_STATE`` with its layer's name: the quantizer gives
 all steps of a state one observer, so every step reads and writes the same int8 scale.
 
-Rolled (``rolled=True``, what ``imxrt.compile`` runs), a one-direction layer is written as *one* step of a
-loop instead (``passes.recurrent_loops``): the input projection of every step at once, time-major ``xs``, then
-the step above between the loop's markers (its input ``loop_input(xs)``, its states ``loop_carry``, its
-results ``loop_result`` / ``loop_stack``), from a zero state as a constant ``zeros`` carry. With a float cell
-state, an LSTM's cell update and tanh(c) are tagged ``KEEP_FLOAT``: the quantizer leaves them in float.
-Bidirectional layers and cells unroll as above.
+Rolled (``rolled=True``, what ``imxrt.compile`` runs), each layer and direction is written as *one* step of
+a loop instead (``passes.recurrent_loops``): the input projection of every step at once, time-major ``xs``
+(flipped in time for a reverse direction, whose stacked outputs are flipped back), then the step above
+between the loop's markers (its input ``loop_input(xs)``, its states ``loop_carry``, its results
+``loop_result`` / ``loop_stack``), from a zero state as a constant ``zeros`` carry. With a float cell state,
+an LSTM's cell update and tanh(c) are tagged ``KEEP_FLOAT``: the quantizer leaves them in float. Cells unroll
+as above.
 """
 
 from __future__ import annotations
@@ -220,8 +221,8 @@ def _layer_initial_state(steps: _Steps, state: Node, layer: int, layers: int, ba
 
 
 def _unroll_sequence(gm: GraphModule, node: Node, rolled: bool = False, float_cell: bool = False) -> bool:
-    """Unroll one GRU / LSTM / RNN layer node (``rolled``: one step, as a loop of ``recurrent_loops``, for a
-    one-direction layer); False (left whole) for a form the steps do not cover."""
+    """Unroll one GRU / LSTM / RNN layer node (``rolled``: one step per layer and direction, as loops of
+    ``recurrent_loops``); False (left whole) for a form the steps do not cover."""
     kind = _SEQUENCES[node.target]
     x, hx, params, has_biases, layers, _dropout, _train, bidirectional, batch_first = node.args
     name = _layer_name(node)
@@ -235,10 +236,10 @@ def _unroll_sequence(gm: GraphModule, node: Node, rolled: bool = False, float_ce
     h_all, c_all = hx if kind == "lstm" else (hx, None)
     batch, time = (x_value.shape[0], x_value.shape[1]) if batch_first else (x_value.shape[1], x_value.shape[0])
 
-    if rolled and directions == 1:
+    if rolled:
         with gm.graph.inserting_before(node):
-            _roll_layers(gm, node, kind, name, values, per_direction, layers, x, batch_first, hx, batch, time,
-                         float_cell)
+            _roll_layers(gm, node, kind, name, values, per_direction, layers, directions, x, batch_first, hx,
+                         batch, time, float_cell)
         return True
     with gm.graph.inserting_before(node):
         steps = _Steps(gm, node, kind, name)
@@ -300,27 +301,36 @@ def _unroll_direction(steps: _Steps, weights: _LayerWeights, layer_input: Node, 
 
 
 def _roll_layers(gm: GraphModule, node: Node, kind: str, name: str, values: list[torch.Tensor], per_direction: int,
-                 layers: int, x: Node, batch_first: bool, hx, batch: int, time: int, float_cell: bool) -> None:
-    """A one-direction layer stack as one loop per layer (``recurrent_loops``). The loops run time-major
+                 layers: int, directions: int, x: Node, batch_first: bool, hx, batch: int, time: int,
+                 float_cell: bool) -> None:
+    """A layer stack as one loop per layer and direction (``recurrent_loops``). The loops run time-major
     (a loop takes ``xs[t]``): a layer's stacked outputs are the next layer's input as they are, so no view
-    ever reads a loop's stacked output (ExecuTorch plans it as a tensor whose size grows)."""
+    ever reads a loop's stacked output (ExecuTorch plans it as a tensor whose size grows). A reverse
+    direction runs its loop over the time-flipped input and flips its stacked outputs back; the two
+    directions' outputs are joined along features."""
     h_all, c_all = hx if kind == "lstm" else (hx, None)
     layer_input, time_major = x, not batch_first
     last_h, last_c = [], []
     for layer in range(layers):
-        w_ih, w_hh, *biases = values[layer * per_direction:(layer + 1) * per_direction]
-        weights = _LayerWeights(kind, w_ih, w_hh, *(biases or (None, None)))
-        steps = _Steps(gm, node, kind, f"{name}.l{layer}", float_cell)
-        outputs, h, c = _roll_direction(steps, weights, layer_input, time_major, h_all, c_all, layer, layers,
-                                        batch, time)
-        last_h.append(h)
-        last_c.append(c)
+        per_time = []
+        for direction in range(directions):
+            index = layer * directions + direction  # PyTorch's order of parameters and of h_n rows
+            w_ih, w_hh, *biases = values[index * per_direction:(index + 1) * per_direction]
+            weights = _LayerWeights(kind, w_ih, w_hh, *(biases or (None, None)))
+            steps = _Steps(gm, node, kind, f"{name}.l{layer}" + ("_reverse" if direction else ""), float_cell)
+            outputs, h, c = _roll_direction(steps, weights, layer_input, time_major, h_all, c_all, index,
+                                            layers * directions, batch, time, reverse=direction == 1)
+            per_time.append(outputs.stacked)
+            last_h.append(h)
+            last_c.append(c)
+        if directions == 2:
+            outputs = _LoopOutputs(steps, steps.op(aten.cat.default, per_time, 2), None)
         layer_input, time_major = outputs.stacked, True
     _replace_outputs(gm, node, steps, outputs, last_h, last_c, batch, time, batch_first)
 
 
 def _roll_direction(steps: _Steps, weights: _LayerWeights, layer_input: Node, time_major: bool, h_all: Node,
-                    c_all: Node | None, index: int, states: int, batch: int, time: int
+                    c_all: Node | None, index: int, states: int, batch: int, time: int, reverse: bool = False
                     ) -> tuple[_LoopOutputs, Node, Node | None]:
     """One layer's loop (``recurrent_loops``): the input projection of every step at once, then one step
     between the loop's markers. Returns the layer's outputs and its last states (``loop_result``)."""
@@ -334,6 +344,8 @@ def _roll_direction(steps: _Steps, weights: _LayerWeights, layer_input: Node, ti
         xs = steps.op(aten.view.default, projected, [time, 1, width])
     else:
         xs = steps.op(aten.transpose.int, projected, 0, 1)
+    if reverse:  # the loop walks the sequence from its last step
+        xs = steps.op(aten.flip.default, xs, [0])
     x_t = steps.op(LOOP_INPUT, xs, loop)
     fake_mode = detect_fake_mode([layer_input.meta["val"]])
     carried = []
@@ -360,18 +372,22 @@ def _roll_direction(steps: _Steps, weights: _LayerWeights, layer_input: Node, ti
     results = [steps.state((steps.cell_op if k else steps.op)(LOOP_RESULT, n, loop, k), "hc"[k])
                for k, n in enumerate(following)]
     stacked = steps.op(LOOP_STACK, following[0], loop, time)
-    return _LoopOutputs(steps, stacked, results[0]), results[0], results[1] if len(results) > 1 else None
+    if reverse:  # back in time order
+        stacked = steps.op(aten.flip.default, stacked, [0])
+    return _LoopOutputs(steps, stacked, None if reverse else results[0]), results[0], \
+        results[1] if len(results) > 1 else None
 
 
 class _LoopOutputs:
-    """A loop's outputs as ``_StepOutputs`` gives them: the last step's state, or the stacked sequence."""
+    """A loop's outputs as ``_StepOutputs`` gives them: the last step's state (``last``; None when the last
+    time is not the loop's last step: a reverse or joined direction), or the stacked sequence."""
 
-    def __init__(self, steps: _Steps, stacked: Node, last: Node):
+    def __init__(self, steps: _Steps, stacked: Node, last: Node | None):
         self.steps, self.stacked, self.last = steps, stacked, last
 
     def at(self, t: int) -> Node:
         time = self.stacked.meta["val"].shape[0]
-        if t % time == time - 1:
+        if t % time == time - 1 and self.last is not None:
             return self.last
         return self.steps.op(aten.select.int, self.stacked, 0, t % time)
 
@@ -379,7 +395,7 @@ class _LoopOutputs:
         if not batch_first:
             return self.stacked
         if batch == 1:
-            return self.steps.op(aten.view.default, self.stacked, [1, time, self.last.meta["val"].shape[-1]])
+            return self.steps.op(aten.view.default, self.stacked, [1, time, self.stacked.meta["val"].shape[-1]])
         return self.steps.op(aten.transpose.int, self.stacked, 0, 1)
 
 

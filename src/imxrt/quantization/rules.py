@@ -109,7 +109,7 @@ _DATA_MOVEMENT = (
     aten.constant_pad_nd.default,
     aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default,
     aten.replication_pad1d.default, aten.replication_pad2d.default, aten.replication_pad3d.default,
-    aten.upsample_nearest2d.vec, aten.contiguous.default, aten.clone.default,
+    aten.upsample_nearest2d.vec, aten.contiguous.default, aten.clone.default, aten.flip.default,
 )
 
 # The key under which the table quantizes every other elementwise map of one tensor (silu, hardsigmoid, sqrt,

@@ -79,7 +79,7 @@ _TABLE: list[tuple[object, CpuKernel]] = [
     *((op, CpuKernel(_PORTABLE, shape.lower_portable)) for op in (
         edge.view_copy.default, edge.squeeze_copy.dims, edge.squeeze_copy.dim, edge.unsqueeze_copy.default,
         edge.clone.default, edge.alias_copy.default, edge.slice_copy.Tensor, edge.select_copy.int,
-        edge.cat.default, edge.expand_copy.default)),
+        edge.cat.default, edge.expand_copy.default, edge.flip.default)),
     # resize
     (edge.upsample_nearest2d.vec, CpuKernel(_PORTABLE, shape.lower_portable)),
     # a recurrent loop's markers, on the int8 values: rolling the loop makes them its scan's slices and copies

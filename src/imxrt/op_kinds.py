@@ -25,3 +25,13 @@ def is_elementwise_map(node: torch.fx.Node) -> bool:
     before, after = tensors[0].meta.get("val"), node.meta.get("val")
     return (isinstance(before, torch.Tensor) and isinstance(after, torch.Tensor)
             and before.dtype.is_floating_point and after.dtype == before.dtype and after.shape == before.shape)
+
+
+# Edge ops that only re-describe their input's bytes: ExecuTorch's memory planning makes them views (no kernel).
+_VIEW_COPIES = ("view_copy", "squeeze_copy", "unsqueeze_copy", "alias_copy")
+
+
+def is_view_copy(node: torch.fx.Node) -> bool:
+    """An edge ``view_copy`` / ``squeeze_copy`` / ``unsqueeze_copy`` / ``alias_copy`` call (by the op's name, so
+    the aten op or the edge dialect's wrapper of it)."""
+    return node.op == "call_function" and any(name in str(node.target) for name in _VIEW_COPIES)

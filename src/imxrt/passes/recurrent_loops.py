@@ -30,6 +30,8 @@ from torch.export import ExportedProgram
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.interpreter import Interpreter
 
+from imxrt.op_kinds import is_view_copy
+
 _LIBRARY = torch.library.Library("imxrt", "DEF")
 _LIBRARY.define("loop_input(Tensor xs, int loop) -> Tensor")
 _LIBRARY.define("loop_carry(Tensor initial, Tensor xs, int loop, int index) -> Tensor")
@@ -320,7 +322,7 @@ def _roll(module: GraphModule, loop: Loop, aten: bool) -> None:
                 dequantize = end.args[0]
                 item = graph.call_function(dequantize.target, (item, *dequantize.args[1:]), dict(dequantize.kwargs))
                 item.meta["val"] = end.meta["val"]
-            if not aten and end in loop.stacks and any(_is_view(user) for user in end.users):
+            if not aten and end in loop.stacks and any(is_view_copy(user) for user in end.users):
                 # ExecuTorch plans a stacked output as a tensor that grows each step; a view of it would be
                 # planned as a fixed one: read it through a copy
                 item = graph.call_function(exir_ops.edge.aten.clone.default, (item,))
@@ -330,11 +332,6 @@ def _roll(module: GraphModule, loop: Loop, aten: bool) -> None:
         graph.erase_node(end)
     for node in reversed(loop.body):
         graph.erase_node(node)
-
-
-def _is_view(node: Node) -> bool:
-    return node.op == "call_function" and any(name in str(node.target) for name in
-                                              ("view_copy", "squeeze_copy", "unsqueeze_copy", "alias_copy"))
 
 
 def _next_value(result: Node, carried: Node) -> Node:

@@ -253,10 +253,8 @@ def _unroll_sequence(gm: GraphModule, node: Node, rolled: bool = False, float_ce
         for layer in range(layers):
             per_time = []
             for direction in range(directions):
-                index = layer * directions + direction  # PyTorch's order of parameters and of h_n rows
-                w_ih, w_hh, *biases = values[index * per_direction:(index + 1) * per_direction]
-                weights = _LayerWeights(kind, w_ih, w_hh, *(biases or (None, None)))
-                steps = _Steps(gm, node, kind, f"{name}.l{layer}" + ("_reverse" if direction else ""))
+                index, weights, stem = _direction(kind, name, values, per_direction, layer, direction, directions)
+                steps = _Steps(gm, node, kind, stem)
                 hs, h, c = _unroll_direction(steps, weights, layer_input, h_all, c_all, index, layers * directions,
                                              batch, time, reverse=direction == 1)
                 per_time.append(hs)
@@ -300,6 +298,16 @@ def _unroll_direction(steps: _Steps, weights: _LayerWeights, layer_input: Node, 
     return hs, h, c
 
 
+def _direction(kind: str, name: str, values: list[torch.Tensor], per_direction: int, layer: int, direction: int,
+               directions: int) -> tuple[int, _LayerWeights, str]:
+    """One layer's direction: its index in PyTorch's order of parameters and of h_n rows, its weights, and
+    the name its steps' state and constants go by."""
+    index = layer * directions + direction
+    w_ih, w_hh, *biases = values[index * per_direction:(index + 1) * per_direction]
+    weights = _LayerWeights(kind, w_ih, w_hh, *(biases or (None, None)))
+    return index, weights, f"{name}.l{layer}" + ("_reverse" if direction else "")
+
+
 def _roll_layers(gm: GraphModule, node: Node, kind: str, name: str, values: list[torch.Tensor], per_direction: int,
                  layers: int, directions: int, x: Node, batch_first: bool, hx, batch: int, time: int,
                  float_cell: bool) -> None:
@@ -314,10 +322,8 @@ def _roll_layers(gm: GraphModule, node: Node, kind: str, name: str, values: list
     for layer in range(layers):
         per_time = []
         for direction in range(directions):
-            index = layer * directions + direction  # PyTorch's order of parameters and of h_n rows
-            w_ih, w_hh, *biases = values[index * per_direction:(index + 1) * per_direction]
-            weights = _LayerWeights(kind, w_ih, w_hh, *(biases or (None, None)))
-            steps = _Steps(gm, node, kind, f"{name}.l{layer}" + ("_reverse" if direction else ""), float_cell)
+            index, weights, stem = _direction(kind, name, values, per_direction, layer, direction, directions)
+            steps = _Steps(gm, node, kind, stem, float_cell)
             outputs, h, c = _roll_direction(steps, weights, layer_input, time_major, h_all, c_all, index,
                                             layers * directions, batch, time, reverse=direction == 1)
             per_time.append(outputs.stacked)

@@ -17,6 +17,7 @@ from torch.fx import Node
 
 from imxrt import macs
 from imxrt.cpu.isa import Isa
+from imxrt.op_kinds import is_view_copy
 from imxrt.perf import cpu, npu
 from imxrt.targets import NeutronConfig
 
@@ -24,7 +25,6 @@ from imxrt.targets import NeutronConfig
 CHOSEN = "a recurrent layer's step runs once per time step"
 
 # Edge ops by the work their kernel does; an op not listed is elementwise work.
-_VIEWS = ("view_copy", "squeeze_copy", "unsqueeze_copy", "alias_copy")
 _LOOKUPS = ("sigmoid", "tanh", "relu", "hardtanh", "clamp")
 _COPIES = ("slice_copy", "select_copy", "cat", "split", "permute_copy", "expand_copy")
 
@@ -40,9 +40,9 @@ def _numel(node: Node) -> int:
 
 def _node_cycles(node: Node, config: NeutronConfig, isa: Isa, npu_to_cpu: float) -> tuple[int, int]:
     """(NPU, CPU) cycles of one op of a step, both in CPU clock cycles; (0, 0) for a view."""
-    name = _name(node)
-    if any(view in name for view in _VIEWS):
+    if is_view_copy(node):
         return 0, 0
+    name = _name(node)
     rates = cpu.RATES[isa]
     work = macs.of(node)
     on_npu = round((npu.KERNEL_OVERHEAD + math.ceil(work / config.macs_per_cycle)) * npu_to_cpu)

@@ -49,9 +49,9 @@ from imxrt.serialization import check_stock_kernels, serialize, to_executorch
 from imxrt.targets import Target, get_target
 
 __all__ = [
-    "NEUTRON_COMPILERS", "CompileOptions", "CompileResult", "check_example_inputs", "check_inputs",
+    "NEUTRON_COMPILERS", "CompileOptions", "CompileResult", "check_example_inputs", "check_inputs", "check_lowered",
     "check_stock_kernels", "compile", "compile_qat", "converter_dumps", "export", "export_for_qat",
-    "keep_failed_partition", "lower", "prepare_qat", "quantize", "resolve_neutron_compiler", "serialize",
+    "keep_failed_partition", "lower", "package", "prepare_qat", "quantize", "resolve_neutron_compiler", "serialize",
     "to_executorch",
 ]
 
@@ -136,13 +136,26 @@ def _train(train_fn: Callable[[torch.fx.GraphModule], object], prepared: torch.f
 
 def _compile_quantized(quantized: ExportedProgram, target: Target, options: CompileOptions,
                        seconds: dict[str, float]) -> CompileResult:
-    """The stages after quantization: lower, check, report, serialize, plan memory."""
+    """The stages after quantization: lower, check, then ``package``."""
     placement_log = PlacementLog()
     with _timed(seconds, "lower"):
         edge = lower(quantized, target, options, placement_log)
     with _timed(seconds, "check"):
-        check_tensors_fit(edge.exported_program(), target)
-        check_device_layouts(edge)
+        check_lowered(edge, target)
+    return package(edge, quantized, target, options, placement_log, seconds)
+
+
+def check_lowered(edge: EdgeProgramManager, target: Target) -> None:
+    """What a lowered program must hold before it is written: every tensor fits the target's memory, and each
+    delegate's inputs come in the layout its payload was compiled for."""
+    check_tensors_fit(edge.exported_program(), target)
+    check_device_layouts(edge)
+
+
+def package(edge: EdgeProgramManager, quantized: ExportedProgram, target: Target, options: CompileOptions,
+            placement_log: PlacementLog, seconds: dict[str, float]) -> CompileResult:
+    """A lowered program's artifacts: the placement report, the ``.pte`` (memory planned, serialized, sealed),
+    the memory report and the advice. ``quantized`` is the program ``lower`` was given."""
     with _timed(seconds, "report"):
         # Read the placement before serialization: to_executorch rewrites the edge graph in place.
         report, partitions = placement.build_report(edge, placement_log, target, options.neutron_compiler)

@@ -116,8 +116,10 @@ def _parametrizations(function) -> list[tuple[tuple[str, object], ...]]:
 
 def load_flows(flow_keys) -> dict:
     """The suite's ``TestFlow`` of each key: imxrt's from the plugin, each peer's from its own flow module (not the
-    whole registry, which imports every backend the wheel has)."""
+    whole registry, which imports every backend the wheel has). Also imports the suite's runner, whose conftest
+    builds the registry once: done here, before the children fork, it is not paid per case."""
     import backend_suite_flow
+    import executorch.backends.test.suite.conftest  # noqa: F401
 
     flows = {flow.name: flow for flow in backend_suite_flow.imxrt_flows() if flow.name in flow_keys}
     if "xnnpack" in flow_keys:

@@ -136,6 +136,38 @@ def _avg_pool(input_shape, kernel, padding, out_shape, divisor=None):
     return build
 
 
+def _channels_last(program: OneCallProgram, index: int) -> int:
+    program.values[index].val.dim_order = [0, 2, 3, 1]
+    return index
+
+
+def _avg_pool_channels_last(channels_last: bool):
+    """A 2 x 2 average pool of a [1, 2, 4, 4] input, input and output both contiguous or both channels last."""
+    def build(program: OneCallProgram) -> list[int]:
+        input, out = _tensor(program, (1, 2, 4, 4)), _tensor(program, (1, 2, 2, 2), constant=False)
+        if channels_last:
+            input, out = _channels_last(program, input), _channels_last(program, out)
+        return [input, _ints(program, (2, 2)), _ints(program, (2, 2)), _ints(program, (0, 0)),
+                program.add(schema.Bool(False)), program.add(schema.Bool(True)), program.add(schema.Null()), out, out]
+    return build
+
+
+def _adaptive_pool(output_size):
+    def build(program: OneCallProgram) -> list[int]:
+        out = _tensor(program, (1, 1, *[max(size, 1) for size in output_size]), constant=False)
+        return [_tensor(program, (1, 1, 4, 4)), _ints(program, output_size), out, out]
+    return build
+
+
+def _embedding(weight_shape):
+    def build(program: OneCallProgram) -> list[int]:
+        indices = program.tensor([3], torch.int64, np.array([0, 1, 0], np.int64).tobytes())
+        out = _tensor(program, (3, weight_shape[-1]), constant=False)
+        return [_tensor(program, weight_shape), indices, program.add(schema.Int(-1)), program.add(schema.Bool(False)),
+                program.add(schema.Bool(False)), out, out]
+    return build
+
+
 def _max_pool(indices_dtype):
     def build(program: OneCallProgram) -> list[int]:
         out = _tensor(program, (1, 1, 2, 2), constant=False)
@@ -197,6 +229,13 @@ BOUNDARIES = {
                                     None),
     "avg_pool_divisor_0_refused": (_AVG_POOL, _avg_pool((1, 1, 4, 4), (2, 2), (0, 0), (1, 1, 2, 2), divisor=0),
                                    "avg_pool_divisor"),
+    "avg_pool_contiguous_accepted": (_AVG_POOL, _avg_pool_channels_last(False), None),
+    "avg_pool_channels_last_refused": (_AVG_POOL, _avg_pool_channels_last(True), "pool_input_contiguous"),
+    "adaptive_pool_size_1_accepted": ("aten::_adaptive_avg_pool2d.out", _adaptive_pool((1, 1)), None),
+    "adaptive_pool_size_0_refused": ("aten::_adaptive_avg_pool2d.out", _adaptive_pool((0, 1)),
+                                     "adaptive_pool_output_size"),
+    "embedding_2d_weight_accepted": ("aten::embedding.out", _embedding((2, 3)), None),
+    "embedding_3d_weight_refused": ("aten::embedding.out", _embedding((2, 1, 3)), "embedding_arguments"),
     "max_pool_int64_indices_accepted": ("aten::max_pool2d_with_indices.out", _max_pool(torch.int64), None),
     "max_pool_int32_indices_refused": ("aten::max_pool2d_with_indices.out", _max_pool(torch.int32),
                                        "max_pool_dtype"),

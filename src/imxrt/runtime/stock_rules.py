@@ -9,9 +9,9 @@ kernel takes 3-D or 4-D inputs only.
 
 Each check is a rule here, written once: a function of the call's arguments by schema name (tensors, or fake
 tensors at compile time; ``out`` the tensor it writes) returning the value found when it refuses, its docstring
-the rule as the user reads it. The same rules refuse a program at compile time (``refusal`` on the lowered graph,
-``serialization.check_stock_kernels``) and a file at load (``preconditions.check``). Dim-order checks are not
-here: the lowering decides every dim order, and the host runtime's plan check holds them.
+the rule as the user reads it. The same rules refuse a program at compile time (``node_refusal`` on the lowered
+graph, ``serialization.check_stock_kernels``) and a file at load (``preconditions.check``). Dim orders are
+read from strides, as torch reads them: a dim of size 1 may be stored in any order.
 """
 
 from __future__ import annotations
@@ -169,6 +169,23 @@ def _pool_window(args: dict) -> str | None:
     return None
 
 
+def _pool_input_contiguous(args: dict) -> str | None:
+    """the stock average pool kernels read their input in the contiguous dim order (N, C, H, W), not channels
+    last"""
+    input = args["self"]
+    if not input.is_contiguous():  # strides: a dim of size 1 may be stored in any order, as torch reads it
+        return f"an input with strides {input.stride()} for {tuple(input.shape)}"
+    return None
+
+
+def _adaptive_pool_output_size(args: dict) -> str | None:
+    """the stock adaptive average pool kernel takes an output size of two positive values"""
+    output_size = list(args["output_size"])
+    if len(output_size) != 2 or not all(size > 0 for size in output_size):
+        return f"output_size {output_size}"
+    return None
+
+
 def _avg_pool_divisor(args: dict) -> str | None:
     """the stock avg_pool2d kernel takes no divisor_override of 0"""
     if args.get("divisor_override") == 0:
@@ -247,12 +264,30 @@ def _addmm_arguments(args: dict) -> str | None:
             or _one_dtype(args, ("self", "mat1", "mat2", "out"), _REALHBF16))
 
 
+# embedding.out: check_embedding_args (kernel_ops_util.cpp), and its ET_CHECK_MSG on the index dtype, which aborts
+# the device runtime instead of failing the call.
+
+def _embedding_arguments(args: dict) -> str | None:
+    """the stock embedding kernel takes a 2-D weight, int64 or int32 indices, and an output of the weight's
+    dtype with one dim more than the indices"""
+    weight, indices, out = args["weight"], args["indices"], args["out"]
+    if weight.dim() != 2:
+        return f"the weight is {_tensor(weight)}"
+    if indices.dtype not in (torch.int64, torch.int32):
+        return f"{_describe(indices.dtype)} indices"
+    if out.dim() != indices.dim() + 1 or out.dtype != weight.dtype:
+        return f"an output {_tensor(out)} for {_tensor(indices)} indices into a {_tensor(weight)} weight"
+    return None
+
+
 # By the qualified name of the out variant a program calls, each kernel's rules in the order it checks them.
 STOCK_RULES: dict[str, tuple[StockRule, ...]] = {
     "aten::convolution.out": (StockRule(_convolution_rank, _NO_3D_CONVOLUTION), StockRule(_convolution_dtype),
                               StockRule(_convolution_window), StockRule(_convolution_groups)),
     "aten::avg_pool2d.out": (StockRule(_avg_pool_dtype), StockRule(_pool_rank, _NO_3D_POOL), StockRule(_pool_window),
-                             StockRule(_avg_pool_divisor)),
+                             StockRule(_avg_pool_divisor), StockRule(_pool_input_contiguous)),
+    "aten::_adaptive_avg_pool2d.out": (StockRule(_avg_pool_dtype), StockRule(_pool_rank, _NO_3D_POOL),
+                                       StockRule(_adaptive_pool_output_size), StockRule(_pool_input_contiguous)),
     "aten::max_pool2d_with_indices.out": (StockRule(_max_pool_dtype), StockRule(_pool_rank, _NO_3D_POOL),
                                           StockRule(_pool_window)),
     "aten::upsample_bilinear2d.vec_out": (StockRule(_upsample_dtype), StockRule(_upsample_rank),
@@ -261,6 +296,7 @@ STOCK_RULES: dict[str, tuple[StockRule, ...]] = {
                                          StockRule(_upsample_size)),
     "aten::_softmax.out": (StockRule(_softmax_arguments),),
     "aten::_log_softmax.out": (StockRule(_softmax_arguments),),
+    "aten::embedding.out": (StockRule(_embedding_arguments),),
     "aten::mm.out": (StockRule(_mm_arguments),),
     "aten::bmm.out": (StockRule(_bmm_arguments),),
     "aten::addmm.out": (StockRule(_addmm_arguments),),

@@ -60,6 +60,18 @@ def test_3d_convolution_is_refused_at_compile_time(target, layer, shape):
     assert "use Conv2d" in message
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
+@pytest.mark.parametrize("layer", [lambda: torch.nn.MaxPool3d(2), lambda: torch.nn.AvgPool3d(2),
+                                   lambda: torch.nn.AdaptiveAvgPool3d(2)], ids=["max", "avg", "adaptive_avg"])
+def test_3d_pool_is_refused_at_compile_time_naming_its_node(target, layer):
+    with pytest.raises(BadModel) as refused:
+        _compile(torch.nn.Sequential(layer()), (1, 2, 4, 4, 4), target)
+    message = str(refused.value)
+    assert "\n" not in message and "pool3d" in message and "(rule pool_2d_only)" in message
+    assert refused.value.node is not None and "pool3d" in refused.value.node
+
+
 class _Upsample(torch.nn.Module):
     def __init__(self, align_corners: bool):
         super().__init__()

@@ -61,6 +61,21 @@ def test_3d_convolution_is_refused_at_compile_time(target, layer, shape):
 
 
 @pytest.mark.slow
+def test_serialization_refuses_a_program_the_lowering_did_not_make():
+    """``check_stock_kernels`` holds the rules on the serialized program itself (loop bodies included), whatever
+    made it: here ExecuTorch's own lowering of a 3-D convolution."""
+    from executorch.exir import to_edge
+
+    from imxrt.serialization import check_stock_kernels
+
+    program = to_edge(torch.export.export(torch.nn.Conv3d(2, 3, 3).eval(), (torch.randn(1, 2, 4, 4, 4),)))
+    with pytest.raises(BadModel) as refused:
+        check_stock_kernels(program.to_executorch())
+    assert "aten::convolution.out" in str(refused.value) and "(rule convolution_rank)" in str(refused.value)
+    assert refused.value.node is not None
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
 @pytest.mark.parametrize("layer", [lambda: torch.nn.MaxPool3d(2), lambda: torch.nn.AvgPool3d(2),
                                    lambda: torch.nn.AdaptiveAvgPool3d(2)], ids=["max", "avg", "adaptive_avg"])

@@ -345,7 +345,9 @@ def node_refusal(node: torch.fx.Node) -> tuple[str, Refusal] | None:
 
     if node.op != "call_function":
         return None
-    overload = getattr(node.target, "_op", node.target)  # an edge op wraps torch's
+    overload = node.target
+    if not isinstance(overload, torch._ops.OpOverload):
+        overload = getattr(overload, "_op", None)  # an edge op wraps torch's
     if not isinstance(overload, torch._ops.OpOverload):
         return None
     op_schema = overload._schema

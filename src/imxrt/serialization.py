@@ -1,6 +1,6 @@
 """Serialize stage: the lowered edge program through ExecuTorch's ``to_executorch`` (memory planned with our
 packing, ``memory.planning_pass``) to the sealed ``.pte`` bytes; a program calling an operator the stock runtime
-has no kernel for is refused (``check_stock_kernels``)."""
+has no kernel for, or with arguments its kernel refuses, is refused (``check_stock_kernels``)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from imxrt.profiling.instructions import EDGE_NAME
 
 def check_stock_kernels(program: ExecutorchProgramManager) -> None:
     """Every operator the program calls is one the stock runtime has a kernel for (the host runtime's
-    allowlist): a program the board cannot load is refused here, not written."""
-    from imxrt.runtime import allowlist
+    allowlist), called with arguments the kernel's own checks accept (``stock_rules``, the rules the host
+    runtime loads a file by): a program the board cannot run is refused here, not written."""
+    from imxrt.runtime import allowlist, stock_rules
     from imxrt.runtime.ops import OWN_OPERATORS, qualified_name
 
     known = allowlist.allowed_operators() | OWN_OPERATORS
@@ -27,6 +28,13 @@ def check_stock_kernels(program: ExecutorchProgramManager) -> None:
         raise BadModel(f"the program would call {', '.join(missing)} on the CPU, which the stock ExecuTorch "
                        "runtime has no kernel for (an op left in float that imxrt cannot express with the portable "
                        "kernels); please report it with the model")
+    for name in program.methods:  # the kernels' own argument checks, loop bodies too
+        for node, _owner, _calls in walk(program.exported_program(name).graph_module):
+            refused = stock_rules.node_refusal(node)
+            if refused is not None:
+                kernel, refusal = refused
+                raise BadModel(f"{kernel} would run on the CPU, where {refusal}",
+                               node=node.meta.get(EDGE_NAME, node.name))
 
 
 def serialize(edge: EdgeProgramManager, memory_planner: ImxrtMemoryPlanner | None = None) -> bytes:

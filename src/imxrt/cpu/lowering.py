@@ -8,9 +8,10 @@ Runs after ``to_backend(NpuPartitioner)`` (on a CPU-only target, on the whole qu
     dq(x) -> lstm ... -> q                               =>  unchanged: float, with the reason in the log
 
 Steps, in order: (1) rewrite each cluster through its row in ``lowering_rules.CPU_KERNELS``; (2) a float op
-kept whole for the NPU that the stock runtime's portable kernels lack (``linear``) becomes ops they have; (3) the
-remaining quantize/dequantize (model boundary, float islands) become cortex_m's; (4) decide the dim order
-of every activation once (``lowering_layout``); (5) drop the constants nothing reads any more, so the
+kept whole for the NPU that the stock runtime's portable kernels lack (``linear``) becomes ops they have, and every
+op left to those kernels must pass their own argument checks (``runtime.stock_rules``: a 3-D convolution is a
+``BadModel``); (3) the remaining quantize/dequantize (model boundary, float islands) become cortex_m's; (4) decide
+the dim order of every activation once (``lowering_layout``); (5) drop the constants nothing reads any more, so the
 float-era weights are not serialized. Each CPU compute node's verdict goes into the ``PlacementLog``.
 """
 
@@ -32,8 +33,10 @@ from imxrt.cpu.lowering_graph import Editor
 from imxrt.cpu.lowering_layout import assign_dim_orders, canonicalize_strides
 from imxrt.cpu.lowering_rules import POINTWISE, row_for
 from imxrt.cpu.lowering_rules.common import NotLowered, Rewrite, cortex_m
+from imxrt.errors import BadModel
 from imxrt.passes.qdq import DEQUANTIZE_PER_TENSOR, QUANTIZE_PER_TENSOR, find_clusters, is_compute
 from imxrt.placement import PlacementLog, not_quantized_reason, op_name
+from imxrt.runtime.stock_rules import node_refusal
 
 _BOUNDARY = {QUANTIZE_PER_TENSOR: "quantize_per_tensor", DEQUANTIZE_PER_TENSOR: "dequantize_per_tensor"}
 
@@ -95,6 +98,7 @@ def lower_program(exported_program: ExportedProgram, isa: Isa | str, placement_l
         _replace_cluster(cluster, replacement)
 
     _decompose_for_portable_kernels(editor)
+    _check_stock_kernels(graph)
     _convert_boundary_qdq(editor)
     graph.eliminate_dead_code()
     assign_dim_orders(graph)
@@ -104,6 +108,17 @@ def lower_program(exported_program: ExportedProgram, isa: Isa | str, placement_l
     editor.sync_output_names()
     program.graph_module.recompile()
     return program
+
+
+def _check_stock_kernels(graph: torch.fx.Graph) -> None:
+    """Every op left to the portable kernels is called with arguments their own checks accept
+    (``stock_rules``): a 3-D convolution left in float is refused here, naming its node, not written into a
+    program the board refuses."""
+    for node in graph.nodes:
+        refused = node_refusal(node)
+        if refused is not None:
+            kernel, refusal = refused
+            raise BadModel(f"{kernel} would run on the CPU, where {refusal}", node=node.name)
 
 
 def _is_edge_compute(node: Node) -> bool:

@@ -1,7 +1,8 @@
 """Kernel calls: an operator named in the program -> a callable that runs it on the program's values.
 
 Portable ``aten::*.out`` ops run through torch's own out-variants, writing into the arena views
-(convolution, addmm, mean, softmax and sigmoid through ``portable``, in ExecuTorch's order);
+(convolution, addmm, mean, cumsum, softmax, sigmoid and bilinear upsampling through ``portable``, in
+ExecuTorch's order);
 ``quantized_decomposed`` quantize/dequantize through ExecuTorch's quantized kernel library (its AOT
 build registers the device kernels' C++ code with torch, so rounding is the device's). A few ops need
 logic of their own (the table ``SPECIAL``); everything else is bound generically from the op's schema. The
@@ -105,6 +106,8 @@ SPECIAL: dict[str, Callable] = {
     "aten::sigmoid.out": portable.sigmoid,
     "aten::_softmax.out": portable.softmax,
     "aten::mean.out": portable.mean,
+    "aten::cumsum.out": portable.cumsum,
+    "aten::upsample_bilinear2d.vec_out": portable.upsample_bilinear2d,
     "aten::upsample_nearest2d.vec_out": portable.upsample_nearest2d,  # int8 channels_last (data movement)
     "dim_order_ops::_to_dim_order_copy.out": _copy_into_out,
     "dim_order_ops::_clone_dim_order.out": _copy_into_out,

@@ -155,3 +155,59 @@ def upsample_nearest2d(input, output_size, scale_factors, *, out):
     cols = _nearest_indices(input.shape[-1], out.shape[-1], scale_w)
     out.copy_(input.index_select(-2, rows).index_select(-1, cols))
     return out
+
+
+def cumsum(self, dim, dtype=None, *, out):
+    """``aten::cumsum.out``: ``out[0] = x[0]``, then ``out[j] = x[j] + out[j - 1]`` in the out dtype, one step
+    after the other (torch's CPU kernel accumulates float32 in float64 and rounds once per element)."""
+    if self.dtype != torch.float32 or out.dtype != torch.float32 or self.dim() == 0:
+        return torch.ops.aten.cumsum.out(self, dim, dtype=dtype, out=out)
+    dim = dim % self.dim()
+    rows, sums = self.movedim(dim, 0), out.movedim(dim, 0)
+    total = rows[0].clone()
+    sums[0] = total
+    for j in range(1, rows.shape[0]):
+        total = rows[j] + total
+        sums[j] = total
+    return out
+
+
+def _bilinear_weights(in_size: int, out_size: int, align_corners: bool, scale: float | None):
+    """Per output index along one axis: the two source indices and their float32 weights, as the portable
+    kernel's compute_source_index_and_lambda computes them (the ratio in double, rounded to float, then
+    everything in float32)."""
+    if out_size == in_size:  # a copy: weight 1 on the pixel itself
+        index = torch.arange(out_size)
+        return index, index, torch.ones(out_size), torch.zeros(out_size)
+    if align_corners:
+        ratio = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+    else:
+        ratio = 1.0 / scale if scale else in_size / out_size
+    ratio = np.float32(ratio)
+    dst = np.arange(out_size, dtype=np.float32)
+    if align_corners:
+        real = ratio * dst
+    else:
+        real = np.maximum(ratio * (dst + np.float32(0.5)) - np.float32(0.5), np.float32(0))
+    index0 = np.minimum(np.floor(real).astype(np.int64), in_size - 1)
+    lambda1 = np.minimum(np.maximum(real - index0.astype(np.float32), np.float32(0)), np.float32(1))
+    index1 = index0 + (index0 < in_size - 1)
+    lambda0 = np.float32(1) - lambda1
+    return (torch.from_numpy(index0), torch.from_numpy(index1), torch.from_numpy(lambda0.astype(np.float32)),
+            torch.from_numpy(lambda1.astype(np.float32)))
+
+
+def upsample_bilinear2d(input, output_size, align_corners, scale_factors, *, out):
+    """``aten::upsample_bilinear2d.vec_out``: per output pixel ``top = tl * w0 + tr * w1``, ``bottom = bl * w0 +
+    br * w1``, ``top * h0 + bottom * h1``, each product and sum rounded to float32 (the portable order; torch's
+    kernel computes its weights otherwise and differs in the last bits)."""
+    if input.dtype != torch.float32:
+        return torch.ops.aten.upsample_bilinear2d.vec_out(input, output_size, align_corners, scale_factors, out=out)
+    scale_h, scale_w = scale_factors if scale_factors else (None, None)
+    rows0, rows1, h0, h1 = _bilinear_weights(input.shape[2], out.shape[2], align_corners, scale_h)
+    cols0, cols1, w0, w1 = _bilinear_weights(input.shape[3], out.shape[3], align_corners, scale_w)
+    top_rows, bottom_rows = input.index_select(2, rows0), input.index_select(2, rows1)
+    top = top_rows.index_select(3, cols0) * w0 + top_rows.index_select(3, cols1) * w1
+    bottom = bottom_rows.index_select(3, cols0) * w0 + bottom_rows.index_select(3, cols1) * w1
+    out.copy_(top * h0[:, None] + bottom * h1[:, None])
+    return out

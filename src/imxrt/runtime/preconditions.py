@@ -17,6 +17,10 @@ any kernel sees them:
   channel, the out tensor's shape), plus what keeps their arithmetic defined (a finite, positive scale; a zero
   point inside the quant range; cast to int32 by the kernel).
 
+- **The stock portable kernels' own argument checks** (``stock_rules.STOCK_RULES``, the same rules the compiler
+  refuses a program by): torch's kernels run what the stock ones refuse (a 3-D convolution), so a file calling
+  one so is refused before the host runs what the board cannot.
+
 ``check`` gives the first problem as text, or None. Arguments whose tensor *contents* a rule reads (a scale
 tensor) are checked at every call unless they are constants; everything else once, at load.
 """
@@ -29,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from imxrt.runtime import stock_rules
 
 # Integer dtypes ExecuTorch's quantize kernel writes, with the range its quant_min / quant_max must lie in.
 _QUANTIZED_DTYPES = {torch.uint8: (0, 255), torch.int8: (-128, 127), torch.uint16: (0, (1 << 16) - 1),
@@ -225,11 +231,15 @@ def reads(name: str) -> tuple[str, ...]:
 
 def check(name: str, op_schema: torch.FunctionSchema, overload: torch._ops.OpOverload, args: list,
           kwargs: dict) -> str | None:
-    """The first problem with calling operator ``name`` on these (converted) arguments, or None."""
+    """The first problem with calling operator ``name`` on these (converted) arguments, or None: what the stock
+    portable kernel refuses (``stock_rules``) first, then the rule here or the result shapes."""
+    named = dict(zip((a.name for a in op_schema.arguments if not a.kwarg_only), args, strict=False)) | kwargs
+    refused = stock_rules.refusal(name, named)
+    if refused is not None:
+        return f"the stock runtime would refuse it: {refused}"
     rule = RULES.get(name)
     if rule is not None:
-        named = dict(zip((a.name for a in op_schema.arguments if not a.kwarg_only), args, strict=False))
-        return rule.check(named | kwargs)
+        return rule.check(named)
     return _result_shapes(op_schema, overload, args, kwargs)
 
 

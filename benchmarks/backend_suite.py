@@ -3,6 +3,7 @@
     python benchmarks/backend_suite.py [--suite operators models] [--flow imxrt700 imxrt700_cpu nxp xnnpack]
                                        [--filter REGEX] [--every K] [--cases FILE] [--jobs 2] [--timeout S]
                                        [--json PATH]
+    python benchmarks/backend_suite.py --records A.json B.json      # the tables of earlier runs, side by side
 
 Every test function of the suite's ``operators/`` (and ``models/``: torchvision's and torchaudio's models, with the
 ``zoo`` extra) runs for each flow in a forked child process of its own, with the suite's time limit (120 s per
@@ -309,12 +310,13 @@ def exactness(results: list[dict], flow_key: str) -> str:
 
 
 def not_passed(results: list[dict], flow_key: str) -> list[str]:
-    lines = []
+    """What did not pass, one line per (outcome, reason) with its count and the test modules it came from."""
+    groups: dict[tuple[str, str], list[str]] = {}
     for r in results:
         if r["flow"] == flow_key and r["outcome"] not in ("pass", "skipped by the suite"):
-            subtest = f" #{r['subtest']}" if "subtest" in r else ""
-            lines.append(f"  {r['case']}{subtest}: {r['outcome']}: {r['message']}")
-    return lines
+            groups.setdefault((r["outcome"], r["message"]), []).append(r["case"].split("::")[0].split("/")[-1])
+    return [f"  {len(modules):>3} {outcome}: {message} ({', '.join(sorted(set(modules)))})"
+            for (outcome, message), modules in sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))]
 
 
 def main(argv=None) -> int:
@@ -327,7 +329,12 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--timeout", type=float, help="seconds per test function and flow (default: the suite's)")
     parser.add_argument("--json", type=Path, help="write every record here")
+    parser.add_argument("--records", nargs="+", type=Path,
+                        help="print the tables of earlier runs' --json files instead of running (over the test "
+                             "functions every flow in them ran)")
     args = parser.parse_args(argv)
+    if args.records:
+        return print_records([r for path in args.records for r in json.loads(path.read_text())])
 
     warnings.filterwarnings("ignore")
     if "models" in args.suite:
@@ -352,6 +359,23 @@ def main(argv=None) -> int:
     results = run_all(cases, {key: flows[key] for key in flow_keys}, args.jobs, timeouts)
     print(f"ExecuTorch backend suite ({', '.join(args.suite)}): {len(cases)} test functions, "
           f"{time.monotonic() - started:.0f} s, {args.jobs} jobs")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    return report(results, flow_keys)
+
+
+def print_records(records: list[dict]) -> int:
+    """The tables of stored records, over the test functions (case names without the subtest) every flow ran."""
+    flow_keys = tuple(dict.fromkeys(r["flow"] for r in records))
+    ran = [{r["case"] for r in records if r["flow"] == key} for key in flow_keys]
+    common = set.intersection(*ran) if ran else set()
+    print(f"{len(common)} test functions run by every flow of {', '.join(flow_keys)}")
+    return report([r for r in records if r["case"] in common], flow_keys)
+
+
+def report(results: list[dict], flow_keys) -> int:
+    """Print the table, imxrt's exactness and what did not pass; 1 if imxrt had a wrong output, an internal error,
+    a crash or a timeout."""
     print("\n".join(table(results, flow_keys)))
     for key in flow_keys:
         if key in IMXRT_FLOWS:
@@ -360,8 +384,6 @@ def main(argv=None) -> int:
             if lines:
                 print(f"{key}: not passed")
                 print("\n".join(lines))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
     bad = [r for r in results if r["flow"] in IMXRT_FLOWS and r["outcome"] in
            ("wrong output", "internal error", "timeout or crash")]
     return 1 if bad else 0

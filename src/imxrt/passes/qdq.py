@@ -2,7 +2,8 @@
 
 After pt2e conversion every int8 op looks like ``dequantize -> op [-> fused activation] -> quantize``.
 A *cluster* is such an op (plus its fused activation); it is quantized when every tensor it reads comes
-from a dequantize (or is a float scalar constant) and every value it writes goes only to quantize nodes.
+from a dequantize (or is a float scalar constant, or an integer index or boolean mask beside an int8 tensor)
+and every value it writes goes only to quantize nodes.
 """
 
 from __future__ import annotations
@@ -121,6 +122,12 @@ def _is_float_constant(node: Node) -> bool:
         value.dtype.is_floating_point
 
 
+def is_index_tensor(node: Node) -> bool:
+    """An integer or boolean tensor (an embedding's indices, a mask): read as it is by an int8 lookup."""
+    value = node.meta.get("val")
+    return isinstance(value, torch.Tensor) and not value.dtype.is_floating_point and not value.dtype.is_complex
+
+
 def find_clusters(graph: Graph) -> dict[Node, Cluster | None]:
     """Map every compute node to its cluster, or to None when it does not run in int8.
 
@@ -131,7 +138,9 @@ def find_clusters(graph: Graph) -> dict[Node, Cluster | None]:
         if not is_compute(node) or node in result:
             continue
         inputs = tensor_args(node)
-        reads_int8 = bool(inputs) and all(is_dequantize(a) or _is_float_constant(a) for a in inputs)
+        # an index or mask tensor rides along, beside at least one int8 tensor (the table it selects from)
+        reads_int8 = not all(map(is_index_tensor, inputs)) and \
+            all(is_dequantize(a) or _is_float_constant(a) or is_index_tensor(a) for a in inputs)
         users = _output_users(node)
         activation = None
         if len(users) == 1 and users[0].op == "call_function" and users[0].target in FUSED_ACTIVATIONS \

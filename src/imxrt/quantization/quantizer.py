@@ -44,7 +44,8 @@ def _symmetric_outputs(graph: torch.fx.Graph, table: rules.RuleTable) -> set[Nod
         if not (isinstance(rule, rules.Compute) and rule.symmetric_inputs):
             continue
         for value in _tensor_inputs(node):
-            while value.op == "call_function" and isinstance(rules.rule_for(table, value), rules.SharedWithInput) \
+            while value.op == "call_function" \
+                    and isinstance(rules.rule_for(table, value), (rules.SharedWithInput, rules.Lookup)) \
                     and _tensor_inputs(value):
                 value = _tensor_inputs(value)[0]
             found.add(value)
@@ -133,6 +134,13 @@ class ImxrtQuantizer(Quantizer):
         elif isinstance(rule, rules.FixedOutput):
             input_specs = {arg: in_spec(arg) for arg in inputs}
             output_spec = specs.fixed_spec(rule.scale, rule.zero_point)
+        elif isinstance(rule, rules.Lookup):
+            table = node.args[0]
+            if table not in inputs:
+                return
+            # a constant table (an embedding's weights) gets its own observer on this edge, like an activation
+            input_specs[table] = in_spec(table)
+            output_spec = SharedQuantizationSpec((table, node))
         else:
             assert isinstance(rule, rules.SharedWithInput)
             computed = [arg for arg in inputs if arg.op != "get_attr"]

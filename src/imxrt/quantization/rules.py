@@ -69,7 +69,16 @@ class MatMul:
     FULLY_CONNECTED like a linear); two activations are a ``Compute``."""
 
 
-Rule = Weighted | Compute | SharedWithInput | FixedOutput | MatMul
+@dataclass(frozen=True)
+class Lookup:
+    """An op that picks values of a table by integer indices or a boolean mask it reads as they are (an
+    embedding's rows, ``index_select``, ``masked_fill``): the table, its first argument, is quantized per
+    tensor (a constant table observed like an activation, so its own range sets its qparams) and the output
+    shares its qparams, so the int8 kernel moves bytes and the lookup is exact. The index or mask stays an
+    integer or boolean tensor."""
+
+
+Rule = Weighted | Compute | SharedWithInput | FixedOutput | MatMul | Lookup
 
 
 class Device(enum.Enum):
@@ -179,6 +188,11 @@ QUANTIZATION: dict[OpKey, OpQuantization] = {
     aten.maximum.default: _row(SharedWithInput()),
     aten.minimum.default: _row(SharedWithInput()),
     **{op: _row(SharedWithInput()) for op in _DATA_MOVEMENT},
+    # lookups by an integer index or a boolean mask: the CPU's portable kernels on the int8 table (Neutron
+    # has no GATHER or SELECT, reference/neutron.md)
+    aten.embedding.default: _row(Lookup(), CPU_ONLY),
+    aten.index_select.default: _row(Lookup(), CPU_ONLY),
+    aten.masked_fill.Scalar: _row(Lookup(), CPU_ONLY),
     # a recurrent loop's markers (``passes.recurrent_loops``): where a step's values enter and leave it
     **{op: _row(SharedWithInput()) for op in (LOOP_INPUT, LOOP_CARRY, LOOP_RESULT, LOOP_STACK)},
     POINTWISE_UNARY: _row(Compute(), CPU_ONLY),
@@ -227,7 +241,8 @@ def qparam_flow(devices: frozenset[Device]) -> QparamFlow:
     table = {op: rule for op, rule in rules_on(devices).items() if not isinstance(op, str)}
     return QparamFlow(
         fixed_zero_points={op: rule.zero_point for op, rule in table.items() if isinstance(rule, FixedOutput)},
-        shared_with_input=frozenset(op for op, rule in table.items() if isinstance(rule, SharedWithInput)))
+        shared_with_input=frozenset(op for op, rule in table.items()
+                                    if isinstance(rule, (SharedWithInput, Lookup))))
 
 
 def rule_for(table: RuleTable, node: torch.fx.Node) -> Rule | None:

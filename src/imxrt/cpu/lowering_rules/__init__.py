@@ -80,6 +80,10 @@ _TABLE: list[tuple[object, CpuKernel]] = [
         edge.view_copy.default, edge.squeeze_copy.dims, edge.squeeze_copy.dim, edge.unsqueeze_copy.default,
         edge.clone.default, edge.alias_copy.default, edge.slice_copy.Tensor, edge.select_copy.int,
         edge.cat.default, edge.expand_copy.default, edge.flip.default)),
+    # lookups by an integer index or a boolean mask
+    (edge.embedding.default, CpuKernel(_PORTABLE, shape.lower_lookup)),
+    (edge.index_select.default, CpuKernel(_PORTABLE, shape.lower_lookup)),
+    (edge.masked_fill.Scalar, CpuKernel(_PORTABLE, shape.lower_masked_fill)),
     # resize
     (edge.upsample_nearest2d.vec, CpuKernel(_PORTABLE, shape.lower_portable)),
     # a recurrent loop's markers, on the int8 values: rolling the loop makes them its scan's slices and copies

@@ -108,6 +108,10 @@ def check_example_inputs(example_inputs: Sequence[torch.Tensor]) -> tuple[torch.
     if not example_inputs:
         raise BadModel("example inputs must be a non-empty tuple of tensors")
     for index, value in enumerate(example_inputs):
+        if isinstance(value, (tuple, list)):
+            raise BadModel(f"example input {index} is a {type(value).__name__} of {len(value)}, not a tensor: a "
+                           "program's inputs are tensors; take each tensor as its own forward() argument (index "
+                           "tensors for index_put too) and build the tuple inside forward()")
         if not isinstance(value, torch.Tensor):
             raise BadModel(f"example input {index} is a {type(value).__name__}, not a tensor: a program's inputs "
                            "are tensors; make a Python number a constant of the model, or pass it as a tensor")

@@ -138,9 +138,13 @@ class ImxrtQuantizer(Quantizer):
             table = node.args[0]
             if table not in inputs:
                 return
-            # a constant table (an embedding's weights) gets its own observer on this edge, like an activation
+            # a constant table (an embedding's weights) gets its own observer on this edge, like an activation;
+            # values written into it (index_put's) take its qparams
             input_specs[table] = in_spec(table)
             output_spec = SharedQuantizationSpec((table, node))
+            for other in inputs:
+                if other is not table:
+                    input_specs[other] = output_spec
         else:
             assert isinstance(rule, rules.SharedWithInput)
             computed = [arg for arg in inputs if arg.op != "get_attr"]

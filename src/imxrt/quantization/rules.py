@@ -71,11 +71,11 @@ class MatMul:
 
 @dataclass(frozen=True)
 class Lookup:
-    """An op that picks values of a table by integer indices or a boolean mask it reads as they are (an
-    embedding's rows, ``index_select``, ``masked_fill``): the table, its first argument, is quantized per
-    tensor (a constant table observed like an activation, so its own range sets its qparams) and the output
-    shares its qparams, so the int8 kernel moves bytes and the lookup is exact. The index or mask stays an
-    integer or boolean tensor."""
+    """An op that picks or places values of a table by integer indices or a boolean mask it reads as they
+    are (an embedding's rows, ``index_select``, ``masked_fill``, ``index_put``): the table, its first
+    argument, is quantized per tensor (a constant table observed like an activation, so its own range sets
+    its qparams); the output and any values written into the table share its qparams, so the int8 kernel
+    moves bytes and the lookup is exact. The index or mask stays an integer or boolean tensor."""
 
 
 Rule = Weighted | Compute | SharedWithInput | FixedOutput | MatMul | Lookup
@@ -193,6 +193,7 @@ QUANTIZATION: dict[OpKey, OpQuantization] = {
     aten.embedding.default: _row(Lookup(), CPU_ONLY),
     aten.index_select.default: _row(Lookup(), CPU_ONLY),
     aten.masked_fill.Scalar: _row(Lookup(), CPU_ONLY),
+    aten.index_put.default: _row(Lookup(), CPU_ONLY),
     # a recurrent loop's markers (``passes.recurrent_loops``): where a step's values enter and leave it
     **{op: _row(SharedWithInput()) for op in (LOOP_INPUT, LOOP_CARRY, LOOP_RESULT, LOOP_STACK)},
     POINTWISE_UNARY: _row(Compute(), CPU_ONLY),

@@ -84,6 +84,7 @@ _TABLE: list[tuple[object, CpuKernel]] = [
     (edge.embedding.default, CpuKernel(_PORTABLE, shape.lower_lookup)),
     (edge.index_select.default, CpuKernel(_PORTABLE, shape.lower_lookup)),
     (edge.masked_fill.Scalar, CpuKernel(_PORTABLE, shape.lower_masked_fill)),
+    (edge.index_put.default, CpuKernel(_PORTABLE, shape.lower_lookup)),
     # resize
     (edge.upsample_nearest2d.vec, CpuKernel(_PORTABLE, shape.lower_portable)),
     # a recurrent loop's markers, on the int8 values: rolling the loop makes them its scan's slices and copies

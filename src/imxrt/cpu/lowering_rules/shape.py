@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch.fx import Node
 
-from imxrt.cpu.lowering_rules.common import NotLowered, Rewrite, cortex_m, edge, shape_of
+from imxrt.cpu.lowering_rules.common import NotLowered, Rewrite, cortex_m, edge, node_arg, shape_of
 from imxrt.kernels.requantize import INT8_MAX, INT8_MIN
 from imxrt.passes.qdq import is_dequantize, is_index_tensor
 
@@ -77,17 +77,26 @@ def lower_portable(rw: Rewrite) -> Node:
 
 
 def lower_lookup(rw: Rewrite) -> Node:
-    """The portable kernel on the int8 table (an embedding's weights, index_select's input), the integer
-    indices read as they are; the output shares the table's qparams: the kernel moves bytes."""
+    """The portable kernel on the int8 table (an embedding's weights, index_select's or index_put's input),
+    the integer indices read as they are; the output and any values put into the table share its qparams:
+    the kernel moves bytes."""
     rw.no_fused_activation()
     table = rw.anchor.args[0]
     if not is_dequantize(table):
         raise NotLowered("the table is a float constant")
-    for arg in rw.anchor.args[1:]:
+    if rw.anchor.target == edge.index_put.default and node_arg(rw.anchor, 3, "accumulate", False):
+        raise NotLowered("index_put with accumulate=True adds values, which an int8 copy cannot; it runs in float")
+    values = [a for a in rw.anchor.args[1:] if is_dequantize(a)]
+    rw.shared_qparams(table, *values)
+
+    def swap(arg):
+        if isinstance(arg, (list, tuple)):  # index_put's indices, one tensor (or None) per dimension
+            return type(arg)(swap(a) for a in arg)
         if isinstance(arg, Node) and not is_index_tensor(arg):
-            raise NotLowered(f"operand {arg.name} is not an integer index or a boolean mask")
-    rw.shared_qparams(table)
-    return rw.emit(rw.anchor.target, (rw.int8(table), *rw.anchor.args[1:]))
+            return rw.int8(arg)
+        return arg
+
+    return rw.emit(rw.anchor.target, (rw.int8(table), *(swap(a) for a in rw.anchor.args[1:])))
 
 
 def lower_masked_fill(rw: Rewrite) -> Node:

@@ -1,0 +1,210 @@
+"""Integer and boolean model inputs: token indices and masks are the program's inputs as they are, and the
+lookups reading them (embedding, index_select, masked_fill, index_put) run as their portable kernels on
+int8 values, output sharing the table's qparams.
+
+The models are those of ExecuTorch's backend suite (``backends/test/suite/operators/test_embedding.py``,
+``test_masked_fill.py``, ``test_index_select.py``, ``test_index_put.py``) and a token classifier
+(``examples/intent.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import program_checks
+import pytest
+import torch
+from torch import nn
+
+import imxrt.runtime
+from imxrt.cli import EXIT_USER_ERROR, main
+from imxrt.errors import BadModel
+from imxrt.pipeline import CompileOptions, compile
+from imxrt.source import import_file
+
+pytestmark = pytest.mark.slow  # compiles
+
+TARGETS = ("imxrt700", "imxrt700-cpu")
+INTENT = Path(__file__).resolve().parent.parent / "examples" / "intent.py"
+
+
+class Embedding(nn.Module):
+    def __init__(self, num_embeddings=100, embedding_dim=50):
+        super().__init__()
+        self.embedding = nn.Embedding(num_embeddings, embedding_dim)
+
+    def forward(self, x):
+        return self.embedding(x)
+
+
+class MaskedFill(nn.Module):
+    def __init__(self, value):
+        super().__init__()
+        self.value = value
+
+    def forward(self, x, mask):
+        return x.masked_fill(mask, self.value)
+
+
+class MaskedFillOfComputedMask(nn.Module):
+    """The mask computed in the graph (an attention-style ``x > t``), then an int8 op after the fill."""
+
+    def forward(self, x):
+        return torch.relu(x.masked_fill(x > 0.3, -1.0))
+
+
+class IndexSelect(nn.Module):
+    def __init__(self, dim=0):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x, indices):
+        return torch.index_select(x, self.dim, indices)
+
+
+class IndexPut(nn.Module):
+    def forward(self, x, rows, columns, values):
+        return torch.index_put(x, (rows, columns), values)
+
+
+def _rows(count: int):
+    """Two distinct indices below ``count`` (index_put with a repeated index has no defined result)."""
+    return lambda g: torch.randperm(count, generator=g)[:2]
+
+
+# name: (model, a function of a generator making one input sample)
+CASES = {
+    "embedding_5x3": (lambda: Embedding(5, 3), lambda g: (torch.randint(0, 5, (2, 8), generator=g),)),
+    "embedding_1000x50": (lambda: Embedding(1000, 50), lambda g: (torch.randint(0, 1000, (2, 4), generator=g),)),
+    "embedding_1d_indices": (lambda: Embedding(), lambda g: (torch.randint(0, 100, (5,), generator=g),)),
+    "embedding_3d_indices": (lambda: Embedding(), lambda g: (torch.randint(0, 100, (2, 3, 4), generator=g),)),
+    "masked_fill_0": (lambda: MaskedFill(0.0), lambda g: (
+        torch.rand(16, 32, generator=g), torch.randint(0, 2, (16, 32), generator=g).bool())),
+    "masked_fill_minus_5": (lambda: MaskedFill(-5.0), lambda g: (
+        torch.randn(16, 32, generator=g), torch.randint(0, 2, (16, 32), generator=g).bool())),
+    "masked_fill_int_1": (lambda: MaskedFill(1), lambda g: (
+        torch.randn(16, 32, generator=g), torch.randint(0, 2, (16, 32), generator=g).bool())),
+    "masked_fill_3d": (lambda: MaskedFill(0.0), lambda g: (
+        torch.randn(4, 8, 16, generator=g), torch.randint(0, 2, (4, 8, 16), generator=g).bool())),
+    "masked_fill_broadcast_mask": (lambda: MaskedFill(0.0), lambda g: (
+        torch.randn(16, 32, generator=g), torch.randint(0, 2, (32,), generator=g).bool())),
+    "index_select_dim_1": (lambda: IndexSelect(1), lambda g: (torch.randn(5, 3, generator=g), _rows(3)(g))),
+    "index_select_dim_2": (lambda: IndexSelect(2), lambda g: (torch.randn(3, 4, 5, generator=g), _rows(5)(g))),
+    "index_put_2d": (lambda: IndexPut(), lambda g: (
+        torch.randn(5, 3, 2, generator=g), _rows(5)(g), _rows(3)(g), torch.randn(2, 2, generator=g))),
+}
+LOOKUP_OPS = {"aten.embedding.default", "aten.index_select.default", "aten.masked_fill.Scalar",
+              "aten.index_put.default"}
+
+
+def _samples(make, count: int, seed: int) -> list[tuple[torch.Tensor, ...]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [make(generator) for _ in range(count)]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_backend_suite_lookups_run_in_int8_on_the_cpu_and_match_the_quantized_program(case, target):
+    build, make = CASES[case]
+    torch.manual_seed(0)
+    model = build().eval()
+    calibration = _samples(make, 4, seed=1)
+    result = compile(model, calibration[0], target, calibration, CompileOptions(show_progress=False))
+    lookups = [op for op in result.report["ops"] if op["op"] in LOOKUP_OPS]
+    assert lookups, result.report["ops"]
+    assert all(op["execution"] == "cpu int8" and op["kernel"].startswith(op["op"]) for op in lookups), lookups
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    for info, given in zip(result.io["inputs"], calibration[0], strict=True):
+        if not given.is_floating_point():  # indices and masks: the program's inputs as they are
+            assert (info["dtype"], info["scale"]) == (str(given.dtype).removeprefix("torch."), None)
+    for inputs in _samples(make, 2, seed=2):
+        program_checks.check_case(result, inputs, model)
+
+
+def test_a_mask_computed_in_the_graph_fills_int8_values():
+    """``x.masked_fill(x > 0.3, -1)``: the fill is int8 on the CPU, the relu after it too, and the program
+    agrees with the quantized one (the comparison reads the int8 input)."""
+    model = MaskedFillOfComputedMask().eval()
+    calibration = [(torch.randn(16, 32, generator=torch.Generator().manual_seed(s)),) for s in range(4)]
+    result = compile(model, calibration[0], "imxrt700-cpu", calibration, CompileOptions(show_progress=False))
+    (fill,) = [op for op in result.report["ops"] if op["op"] == "aten.masked_fill.Scalar"]
+    assert fill["execution"] == "cpu int8"
+    program_checks.check_case(result, calibration[1], model)
+
+
+def test_index_put_that_accumulates_stays_float_and_says_why():
+    class Accumulate(nn.Module):
+        def forward(self, x, rows, values):
+            return torch.index_put(x, (rows,), values, accumulate=True)
+
+    samples = [(torch.randn(5, 2), torch.tensor([0, 2]), torch.randn(2, 2)) for _ in range(2)]
+    result = compile(Accumulate().eval(), samples[0], "imxrt700-cpu", samples, CompileOptions(show_progress=False))
+    (put,) = [op for op in result.report["ops"] if op["op"] == "aten.index_put.default"]
+    assert put["execution"] == "cpu float" and "accumulate=True adds values" in put["reason"]
+    program_checks.assert_pte_matches_quantized(result, samples[1])
+
+
+def test_a_tuple_of_index_tensors_is_refused_saying_to_pass_each_tensor():
+    class IndexPutTuple(nn.Module):
+        def forward(self, x, indices, values):
+            return torch.index_put(x, indices, values)
+
+    inputs = (torch.randn(5, 2), (torch.tensor([0, 2]),), torch.randn(2))
+    with pytest.raises(BadModel, match=r"example input 1 is a tuple of 1, not a tensor.*its own forward\(\) argument"):
+        compile(IndexPutTuple(), inputs, "imxrt700-cpu", options=CompileOptions(show_progress=False))
+
+
+@pytest.fixture(scope="module")
+def intent():
+    return import_file(str(INTENT), INTENT)
+
+
+@pytest.fixture(scope="module")
+def intent_model(intent):
+    return intent.model()
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_token_classifier_is_int8_with_its_token_ids_as_input_and_decides_as_the_float_model(
+        intent, intent_model, target):
+    calibration = list(intent.calibration_inputs())
+    result = compile(intent_model, intent.example_inputs(), target, calibration, CompileOptions(show_progress=False))
+    assert [(i["dtype"], i["scale"]) for i in result.io["inputs"]] == [("int64", None)]
+    assert result.report["summary"]["ops_cpu_float"] == 0, [
+        op for op in result.report["ops"] if op["execution"] == "cpu float"]
+    (embedding,) = [op for op in result.report["ops"] if op["op"] == "aten.embedding.default"]
+    assert embedding["execution"] == "cpu int8"
+    program = imxrt.runtime.load(result.pte)
+    tokens, _ = intent.utterances(8, seed=5)
+    with torch.no_grad():
+        expected = intent_model(tokens).argmax(1)
+    decided = [int(np.argmax(program.forward(row.unsqueeze(0).numpy())[0])) for row in tokens]
+    assert decided == expected.tolist()
+    program_checks.check_case(result, (tokens[:1],), intent_model)
+
+
+@pytest.fixture(scope="module")
+def intent_program(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("intent")
+    assert main(["compile", str(INTENT), "--target", "imxrt700-cpu", "-o", str(folder / "out"), "--quiet"]) == 0
+    return folder
+
+
+def test_imxrt_run_takes_int64_token_ids(intent, intent_program, capsys):
+    tokens = intent.utterances(1, seed=9)[0].numpy()
+    np.save(intent_program / "tokens.npy", tokens)
+    pte = intent_program / "out" / "model.pte"
+    assert main(["run", str(pte), "--input", str(intent_program / "tokens.npy"),
+                 "--output-dir", str(intent_program / "o")]) == 0
+    (expected,) = imxrt.runtime.load(pte).forward(tokens)
+    assert np.array_equal(np.load(intent_program / "o" / "output_0.npy"), expected)
+    assert capsys.readouterr().out.startswith("output 0: shape (1, 4) float32 crc32 ")
+
+
+def test_imxrt_run_refuses_float_data_for_token_ids_saying_what_it_takes(intent_program, capsys):
+    np.save(intent_program / "floats.npy", np.zeros((1, 10), np.float32))
+    status = main(["run", str(intent_program / "out" / "model.pte"), "--input", str(intent_program / "floats.npy")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == EXIT_USER_ERROR and len(err) == 1
+    assert "expects shape (1, 10) int64, got shape (1, 10) float32; it takes integer indices" in err[0]
+    assert "numpy.int64" in err[0]

@@ -20,6 +20,7 @@ import imxrt.runtime
 from imxrt.cli import EXIT_USER_ERROR, main
 from imxrt.errors import BadModel
 from imxrt.pipeline import CompileOptions, compile
+from imxrt.runtime.inputs import quantize_inputs
 from imxrt.source import import_file
 
 pytestmark = pytest.mark.slow  # compiles
@@ -119,6 +120,26 @@ def test_backend_suite_lookups_run_in_int8_on_the_cpu_and_match_the_quantized_pr
             assert (info["dtype"], info["scale"]) == (str(given.dtype).removeprefix("torch."), None)
     for inputs in _samples(make, 2, seed=2):
         program_checks.check_case(result, inputs, model)
+
+
+@pytest.mark.parametrize("case", ["embedding_3d_indices", "index_put_2d", "index_select_dim_2",
+                                  "masked_fill_broadcast_mask"])
+def test_with_int8_io_the_stock_runtime_runs_the_lookups_to_the_host_runtime_bytes(case):
+    """With --io int8 such a program is the lookup alone on its portable kernel: ExecuTorch's own runtime (its
+    pybindings, the portable kernels) takes the int8 table and the indices or mask and gives the host
+    runtime's bytes."""
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+    build, make = CASES[case]
+    torch.manual_seed(0)
+    calibration = _samples(make, 4, seed=1)
+    result = compile(build().eval(), calibration[0], "imxrt700-cpu", calibration,
+                     CompileOptions(show_progress=False, io="int8"))
+    assert {op["execution"] for op in result.report["ops"]} == {"cpu int8"}
+    inputs = quantize_inputs([x.numpy() for x in _samples(make, 1, seed=2)[0]], result.io["inputs"])
+    ours = imxrt.runtime.load(result.pte).forward(*inputs)
+    stock = _load_for_executorch_from_buffer(result.pte).forward([torch.from_numpy(x) for x in inputs])
+    assert len(ours) == len(stock) and all(np.array_equal(a, b.numpy()) for a, b in zip(ours, stock, strict=True))
 
 
 def test_a_mask_computed_in_the_graph_fills_int8_values():

@@ -1,6 +1,7 @@
 """Integer and boolean model inputs: token indices and masks are the program's inputs as they are, and the
 lookups reading them (embedding, index_select, masked_fill, index_put) run as their portable kernels on
-int8 values, output sharing the table's qparams.
+int8 values, output sharing the table's qparams; a mask computed from an int8 tensor (``x > t``) is the
+comparison of its int8 values with an integer threshold.
 
 The models are those of ExecuTorch's backend suite (``backends/test/suite/operators/test_embedding.py``,
 ``test_masked_fill.py``, ``test_index_select.py``, ``test_index_put.py``) and a token classifier
@@ -48,10 +49,14 @@ class MaskedFill(nn.Module):
 
 
 class MaskedFillOfComputedMask(nn.Module):
-    """The mask computed in the graph (an attention-style ``x > t``), then an int8 op after the fill."""
+    """The mask computed in the graph from the input (an attention-style ``x > t``)."""
+
+    def __init__(self, compare, threshold, value):
+        super().__init__()
+        self.compare, self.threshold, self.value = compare, threshold, value
 
     def forward(self, x):
-        return torch.relu(x.masked_fill(x > 0.3, -1.0))
+        return x.masked_fill(self.compare(x, self.threshold), self.value)
 
 
 class IndexSelect(nn.Module):
@@ -89,6 +94,12 @@ CASES = {
         torch.randn(4, 8, 16, generator=g), torch.randint(0, 2, (4, 8, 16), generator=g).bool())),
     "masked_fill_broadcast_mask": (lambda: MaskedFill(0.0), lambda g: (
         torch.randn(16, 32, generator=g), torch.randint(0, 2, (32,), generator=g).bool())),
+    "masked_fill_where_x_gt": (lambda: MaskedFillOfComputedMask(torch.gt, 0.3, -1.0), lambda g: (
+        torch.randn(16, 32, generator=g),)),
+    "masked_fill_where_x_le": (lambda: MaskedFillOfComputedMask(torch.le, -0.5, 2.0), lambda g: (
+        torch.randn(16, 32, generator=g),)),
+    "masked_fill_where_never": (lambda: MaskedFillOfComputedMask(torch.lt, -100.0, 0.0), lambda g: (
+        torch.randn(16, 32, generator=g),)),
     "index_select_dim_1": (lambda: IndexSelect(1), lambda g: (torch.randn(5, 3, generator=g), _rows(3)(g))),
     "index_select_dim_2": (lambda: IndexSelect(2), lambda g: (torch.randn(3, 4, 5, generator=g), _rows(5)(g))),
     "index_put_2d": (lambda: IndexPut(), lambda g: (
@@ -123,7 +134,7 @@ def test_backend_suite_lookups_run_in_int8_on_the_cpu_and_match_the_quantized_pr
 
 
 @pytest.mark.parametrize("case", ["embedding_3d_indices", "index_put_2d", "index_select_dim_2",
-                                  "masked_fill_broadcast_mask"])
+                                  "masked_fill_broadcast_mask", "masked_fill_where_x_gt", "masked_fill_where_never"])
 def test_with_int8_io_the_stock_runtime_runs_the_lookups_to_the_host_runtime_bytes(case):
     """With --io int8 such a program is the lookup alone on its portable kernel: ExecuTorch's own runtime (its
     pybindings, the portable kernels) takes the int8 table and the indices or mask and gives the host
@@ -140,17 +151,6 @@ def test_with_int8_io_the_stock_runtime_runs_the_lookups_to_the_host_runtime_byt
     ours = imxrt.runtime.load(result.pte).forward(*inputs)
     stock = _load_for_executorch_from_buffer(result.pte).forward([torch.from_numpy(x) for x in inputs])
     assert len(ours) == len(stock) and all(np.array_equal(a, b.numpy()) for a, b in zip(ours, stock, strict=True))
-
-
-def test_a_mask_computed_in_the_graph_fills_int8_values():
-    """``x.masked_fill(x > 0.3, -1)``: the fill is int8 on the CPU, the relu after it too, and the program
-    agrees with the quantized one (the comparison reads the int8 input)."""
-    model = MaskedFillOfComputedMask().eval()
-    calibration = [(torch.randn(16, 32, generator=torch.Generator().manual_seed(s)),) for s in range(4)]
-    result = compile(model, calibration[0], "imxrt700-cpu", calibration, CompileOptions(show_progress=False))
-    (fill,) = [op for op in result.report["ops"] if op["op"] == "aten.masked_fill.Scalar"]
-    assert fill["execution"] == "cpu int8"
-    program_checks.check_case(result, calibration[1], model)
 
 
 def test_index_put_that_accumulates_stays_float_and_says_why():

@@ -3,7 +3,8 @@
 After pt2e conversion every int8 op looks like ``dequantize -> op [-> fused activation] -> quantize``.
 A *cluster* is such an op (plus its fused activation); it is quantized when every tensor it reads comes
 from a dequantize (or is a float scalar constant, or an integer index or boolean mask beside an int8 tensor)
-and every value it writes goes only to quantize nodes.
+and every value it writes goes only to quantize nodes (or is a boolean mask computed from int8 values, read
+as it is).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class Cluster:
     anchor: Node
     activation: Node | None
     dequantizes: tuple[Node, ...]  # DQ nodes the anchor reads (activations, weights, biases)
-    quantizes: tuple[Node, ...]  # Q nodes reading the cluster's output
+    quantizes: tuple[Node, ...]  # Q nodes reading the cluster's output (none when it is a boolean mask)
 
     @property
     def ops(self) -> tuple[Node, ...]:
@@ -147,13 +148,15 @@ def find_clusters(graph: Graph) -> dict[Node, Cluster | None]:
                 and not is_quantize(users[0]):
             activation = users[0]
             users = list(activation.users)
+        # a comparison's mask is read as it is: its cluster has no quantize
+        writes_mask = activation is None and is_index_tensor(node) and any(is_dequantize(a) for a in inputs)
         writes_int8 = bool(users) and all(is_quantize(u) for u in users)
-        if reads_int8 and writes_int8:
+        if reads_int8 and (writes_int8 or writes_mask):
             cluster = Cluster(
                 anchor=node,
                 activation=activation,
                 dequantizes=tuple(a for a in inputs if is_dequantize(a)),
-                quantizes=tuple(users),
+                quantizes=tuple(users) if writes_int8 else (),
             )
             result[node] = cluster
             if activation is not None:

@@ -91,7 +91,7 @@ class ImxrtQuantizer(Quantizer):
             if node.op != "call_function" or _ANNOTATION in node.meta or keeps_float(node):
                 continue
             rule = rules.rule_for(table, node)
-            if rule is None or not _is_float_tensor(node):
+            if rule is None or not (_is_float_tensor(node) or isinstance(rule, rules.Compare)):
                 continue
             self._annotate(node, rule)
         _share_recurrent_state_observers(model)
@@ -134,6 +134,11 @@ class ImxrtQuantizer(Quantizer):
         elif isinstance(rule, rules.FixedOutput):
             input_specs = {arg: in_spec(arg) for arg in inputs}
             output_spec = specs.fixed_spec(rule.scale, rule.zero_point)
+        elif isinstance(rule, rules.Compare):
+            if not _is_float_tensor(node.args[0]):
+                return
+            input_specs = {node.args[0]: in_spec(node.args[0])}
+            output_spec = None  # a boolean mask
         elif isinstance(rule, rules.Lookup):
             table = node.args[0]
             if table not in inputs:

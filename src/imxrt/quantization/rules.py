@@ -78,7 +78,14 @@ class Lookup:
     moves bytes and the lookup is exact. The index or mask stays an integer or boolean tensor."""
 
 
-Rule = Weighted | Compute | SharedWithInput | FixedOutput | MatMul | Lookup
+@dataclass(frozen=True)
+class Compare:
+    """An op that compares a tensor with a constant and writes a boolean mask (``x > 0.3``, a masked fill's
+    mask): its input is int8, its output is no int8 tensor. The int8 kernel compares the int8 values with
+    the integer threshold that gives the float comparison's answer for every one of them."""
+
+
+Rule = Weighted | Compute | SharedWithInput | FixedOutput | MatMul | Lookup | Compare
 
 
 class Device(enum.Enum):
@@ -194,6 +201,7 @@ QUANTIZATION: dict[OpKey, OpQuantization] = {
     aten.index_select.default: _row(Lookup(), CPU_ONLY),
     aten.masked_fill.Scalar: _row(Lookup(), CPU_ONLY),
     aten.index_put.default: _row(Lookup(), CPU_ONLY),
+    **{op: _row(Compare(), CPU_ONLY) for op in (aten.gt.Scalar, aten.ge.Scalar, aten.lt.Scalar, aten.le.Scalar)},
     # a recurrent loop's markers (``passes.recurrent_loops``): where a step's values enter and leave it
     **{op: _row(SharedWithInput()) for op in (LOOP_INPUT, LOOP_CARRY, LOOP_RESULT, LOOP_STACK)},
     POINTWISE_UNARY: _row(Compute(), CPU_ONLY),

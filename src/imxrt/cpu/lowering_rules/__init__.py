@@ -57,6 +57,9 @@ _TABLE: list[tuple[object, CpuKernel]] = [
     (edge.div.Tensor, CpuKernel("cortex_m::quantized_div", elementwise.lower_div)),
     (edge.maximum.default, CpuKernel("cortex_m::maximum", elementwise.lower_min_max("maximum"))),
     (edge.minimum.default, CpuKernel("cortex_m::minimum", elementwise.lower_min_max("minimum"))),
+    # comparisons with a constant: the portable kernel on int8 values, an integer threshold
+    *((op, CpuKernel(_PORTABLE, elementwise.lower_compare)) for op in (
+        edge.gt.Scalar, edge.ge.Scalar, edge.lt.Scalar, edge.le.Scalar)),
     # activations and unary math: lookup tables
     *((op, CpuKernel(_LUT, elementwise.lower_lut(build))) for op, build in elementwise.LUTS.items()),
     # pooling and reductions

@@ -207,7 +207,8 @@ def test_a_token_classifier_is_int8_with_its_token_ids_as_input_and_decides_as_t
 @pytest.fixture(scope="module")
 def intent_program(tmp_path_factory):
     folder = tmp_path_factory.mktemp("intent")
-    assert main(["compile", str(INTENT), "--target", "imxrt700-cpu", "-o", str(folder / "out"), "--quiet"]) == 0
+    assert main(["compile", str(INTENT), "--target", "imxrt700-cpu", "-o", str(folder / "out"), "--quiet",
+                 "--bundle", "2"]) == 0
     return folder
 
 
@@ -229,3 +230,9 @@ def test_imxrt_run_refuses_float_data_for_token_ids_saying_what_it_takes(intent_
     assert status == EXIT_USER_ERROR and len(err) == 1
     assert "expects shape (1, 10) int64, got shape (1, 10) float32; it takes integer indices" in err[0]
     assert "numpy.int64" in err[0]
+
+
+def test_a_bundle_holds_int64_token_ids_and_its_cases_check(intent_program, capsys):
+    """``--bundle``: the test cases are calibration samples, their token ids stored as int64."""
+    assert main(["run", str(intent_program / "out" / "model.bpte")]) == 0
+    assert "all 2 test case(s) give the bundled outputs exactly" in capsys.readouterr().out

@@ -19,7 +19,7 @@ from torch import nn
 
 import imxrt.runtime
 from imxrt.cli import EXIT_USER_ERROR, main
-from imxrt.errors import BadModel
+from imxrt.errors import BadInput, BadModel
 from imxrt.pipeline import CompileOptions, compile
 from imxrt.runtime.inputs import quantize_inputs
 from imxrt.source import import_file
@@ -236,3 +236,11 @@ def test_a_bundle_holds_int64_token_ids_and_its_cases_check(intent_program, caps
     """``--bundle``: the test cases are calibration samples, their token ids stored as int64."""
     assert main(["run", str(intent_program / "out" / "model.bpte")]) == 0
     assert "all 2 test case(s) give the bundled outputs exactly" in capsys.readouterr().out
+
+
+def test_a_token_id_beyond_the_table_is_a_bad_input_not_a_damaged_file(intent, intent_program):
+    program = imxrt.runtime.load(intent_program / "out" / "model.pte")
+    tokens = intent.utterances(1, seed=9)[0].numpy()
+    tokens[0, 3] = intent.VOCABULARY  # one past the last row, which the device's kernel refuses too
+    with pytest.raises(BadInput, match=r"aten::embedding.out.*index within the model's tables"):
+        program.forward(tokens)

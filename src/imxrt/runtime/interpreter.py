@@ -244,7 +244,10 @@ class Interpreter:
                     raise BadFile(self.program.name, f"instruction {step} calls {kernel.name} but {problem}")
             try:
                 result = call()
-            except (RuntimeError, TypeError, ValueError, IndexError) as e:
+            except IndexError as e:  # indices beyond their table: the data's fault (the device's kernel refuses them)
+                raise BadInput(f"instruction {step} ({kernel.name}): {e}; integer inputs must index within the "
+                               "model's tables (an embedding's token ids below its number of rows)") from None
+            except (RuntimeError, TypeError, ValueError) as e:
                 raise RuntimeError(f"instruction {step} ({kernel.name}) failed: {e}") from e
             if kernel.stores_result:
                 values[result_index] = result

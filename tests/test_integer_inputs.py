@@ -153,6 +153,25 @@ def test_with_int8_io_the_stock_runtime_runs_the_lookups_to_the_host_runtime_byt
     assert len(ours) == len(stock) and all(np.array_equal(a, b.numpy()) for a, b in zip(ours, stock, strict=True))
 
 
+def test_a_fill_far_outside_the_data_saturates_instead_of_widening_its_range():
+    """An attention-style fill of -1e4: the output keeps the input's qparams (the fill becomes -128), so the
+    values kept are stored as finely as without the fill."""
+    generator = torch.Generator().manual_seed(0)
+    samples = [(torch.randn(16, 32, generator=generator), torch.randint(0, 2, (16, 32), generator=generator).bool())
+               for _ in range(3)]
+    qparams = {}
+    for value in (0.0, -1e4):
+        result = compile(MaskedFill(value).eval(), samples[0], "imxrt700-cpu", samples,
+                         CompileOptions(show_progress=False))
+        ends = result.io["inputs"][:1] + result.io["outputs"]
+        qparams[value] = [(info["scale"], info["zero_point"]) for info in ends]
+        program_checks.assert_pte_matches_quantized(result, samples[2])
+    assert qparams[-1e4] == qparams[0.0] and qparams[0.0][0] == qparams[0.0][1]
+    (filled,) = imxrt.runtime.load(result.pte).forward(*(x.numpy() for x in samples[2]))
+    scale, zero_point = qparams[-1e4][1]
+    assert set(filled[samples[2][1].numpy()].tolist()) == {float(np.float32((-128 - zero_point) * np.float32(scale)))}
+
+
 def test_index_put_that_accumulates_stays_float_and_says_why():
     class Accumulate(nn.Module):
         def forward(self, x, rows, values):

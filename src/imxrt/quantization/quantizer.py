@@ -146,7 +146,8 @@ class ImxrtQuantizer(Quantizer):
             # a constant table (an embedding's weights) gets its own observer on this edge, like an activation;
             # values written into it (index_put's) take its qparams
             input_specs[table] = in_spec(table)
-            output_spec = SharedQuantizationSpec((table, node))
+            output_spec = specs.same_qparams_spec(table, node) if rule.writes_constant \
+                else SharedQuantizationSpec((table, node))
             for other in inputs:
                 if other is not table:
                     input_specs[other] = output_spec

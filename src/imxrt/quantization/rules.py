@@ -75,7 +75,13 @@ class Lookup:
     are (an embedding's rows, ``index_select``, ``masked_fill``, ``index_put``): the table, its first
     argument, is quantized per tensor (a constant table observed like an activation, so its own range sets
     its qparams); the output and any values written into the table share its qparams, so the int8 kernel
-    moves bytes and the lookup is exact. The index or mask stays an integer or boolean tensor."""
+    moves bytes and the lookup is exact. The index or mask stays an integer or boolean tensor.
+
+    ``writes_constant``: the op also writes a constant of the model (masked_fill's value); the output takes
+    the table's qparams without being observed, so a fill far outside the data (an attention mask's -1e4)
+    saturates to the int8 bound instead of widening the range every other value is stored in."""
+
+    writes_constant: bool = False
 
 
 @dataclass(frozen=True)
@@ -199,7 +205,7 @@ QUANTIZATION: dict[OpKey, OpQuantization] = {
     # has no GATHER or SELECT, reference/neutron.md)
     aten.embedding.default: _row(Lookup(), CPU_ONLY),
     aten.index_select.default: _row(Lookup(), CPU_ONLY),
-    aten.masked_fill.Scalar: _row(Lookup(), CPU_ONLY),
+    aten.masked_fill.Scalar: _row(Lookup(writes_constant=True), CPU_ONLY),
     aten.index_put.default: _row(Lookup(), CPU_ONLY),
     **{op: _row(Compare(), CPU_ONLY) for op in (aten.gt.Scalar, aten.ge.Scalar, aten.lt.Scalar, aten.le.Scalar)},
     # a recurrent loop's markers (``passes.recurrent_loops``): where a step's values enter and leave it

@@ -1,7 +1,7 @@
 """CPU lowering, data movement: permute_copy -> cortex_m transpose at the lowest rank that moves the same
 bytes; every other data-movement op (views, slices, concatenations, nearest upsampling, expands, pads by
 reflection or replication, amax / amin) and every lookup by an index or a mask (embedding, index_select,
-masked_fill) stays on its portable kernel, on the int8 values."""
+index_put, masked_fill) stays on its portable kernel, on the int8 values."""
 
 from __future__ import annotations
 

@@ -390,7 +390,8 @@ def _checked_sample(index: int, sample, shapes: list[tuple[int, ...]]) -> tuple[
     if got != shapes:
         raise BadInput(f"evaluation sample {index}: inputs of shape {got}, the model takes {shapes} (the example "
                        "inputs' shapes, batch included)")
-    return tuple(x.to(torch.float32) for x in inputs), label
+    # float data as float32 (the model's dtype); indices and masks as they are
+    return tuple(x.to(torch.float32) if x.is_floating_point() else x for x in inputs), label
 
 
 def _check_label(index: int, label, output: torch.Tensor) -> None:

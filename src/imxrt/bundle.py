@@ -38,14 +38,17 @@ from imxrt.pte.reader import ProgramFile, check_cap, read_program
 IDENTIFIER = b"BP08"  # the BundledProgram flatbuffer's file identifier (bytes 4..8)
 METHOD = "forward"
 INT8_MIN, INT8_MAX = -128, 127
-_DTYPES = {"float32": torch.float32, "int8": torch.int8}  # what our programs take and give, by report.json name
+# what our programs take and give, by report.json name: data, and indices or masks taken as they are
+_DTYPES = {"float32": torch.float32, "int8": torch.int8, "int64": torch.int64, "int32": torch.int32,
+           "bool": torch.bool}
 
 
 def _numpy_dtype(scalar_type) -> type | None:
     """The numpy dtype of a bundled tensor's ExecuTorch scalar type, None for one our programs never use."""
     from executorch.exir.scalar_type import ScalarType
 
-    return {ScalarType.FLOAT: np.float32, ScalarType.CHAR: np.int8}.get(scalar_type)
+    return {ScalarType.FLOAT: np.float32, ScalarType.CHAR: np.int8, ScalarType.LONG: np.int64,
+            ScalarType.INT: np.int32, ScalarType.BOOL: np.bool_}.get(scalar_type)
 
 
 def is_bundle(data: bytes) -> bool:
@@ -55,7 +58,8 @@ def is_bundle(data: bytes) -> bool:
 def test_inputs(io: dict, count: int, samples: Iterable[Sequence[torch.Tensor]] | None = None,
                 seed: int = 0) -> list[tuple[torch.Tensor, ...]]:
     """``count`` input tuples for the program ``io`` describes: the given samples first (quantized where the
-    program takes int8), then seeded random values over each input's int8 range."""
+    program takes int8), then seeded random values over each input's int8 range (zeros for indices and masks,
+    whose valid range the program does not say)."""
     cases: list[tuple[torch.Tensor, ...]] = []
     for sample in samples or ():
         if len(cases) == count:
@@ -77,6 +81,8 @@ def _as_input(value: torch.Tensor, info: dict) -> torch.Tensor:
 
 
 def _random_input(info: dict, generator: torch.Generator) -> torch.Tensor:
+    if info["dtype"] in ("int64", "int32", "bool"):  # indices and masks: all 0 (False), the one value every
+        return torch.zeros(info["shape"], dtype=_DTYPES[info["dtype"]])  # table has; samples give real ones
     codes = torch.randint(INT8_MIN, INT8_MAX + 1, info["shape"], generator=generator, dtype=torch.int32)
     if info["dtype"] == "int8":
         return codes.to(torch.int8)
@@ -195,7 +201,8 @@ def _array(value, where: str) -> np.ndarray:
     tensor = getattr(value, "val", None)
     dtype = _numpy_dtype(getattr(tensor, "scalar_type", None))
     if dtype is None:
-        raise BadFile(where, "is not a float32 or int8 tensor, which is all an imxrt program takes and gives")
+        raise BadFile(where, "is not a float32, int8, int64, int32 or bool tensor, which is all an imxrt program "
+                             "takes and gives")
     sizes, order = [int(s) for s in tensor.sizes], [int(d) for d in tensor.dim_order]
     if any(s < 0 for s in sizes) or sorted(order) != list(range(len(sizes))) or \
             math.prod(sizes) * np.dtype(dtype).itemsize != len(tensor.data):

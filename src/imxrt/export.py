@@ -14,7 +14,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import ExportedProgram
 
 from imxrt.errors import BadModel
-from imxrt.model_checks import called_exit
+from imxrt.model_checks import INDEX_DTYPES, called_exit
 
 aten = torch.ops.aten
 
@@ -32,13 +32,23 @@ def export(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], tra
     except Exception as e:  # torch.export raises many types; the first line names the cause
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise BadModel(f"torch.export could not capture the model ({type(e).__name__}: {first}); "
-                       "remove data-dependent control flow or shapes from forward()") from e
+                       f"{_advice(example_inputs)}") from e
     for node in exported.graph.nodes:
         value = node.meta.get("val")
         if isinstance(value, torch.Tensor) and any(not isinstance(d, int) for d in value.shape):
             raise BadModel("dynamic shapes are not supported: the NPU and the memory plan need static "
                            f"shapes (symbolic shape {tuple(value.shape)})", node=node.name)
     return exported
+
+
+def _advice(example_inputs: tuple[torch.Tensor, ...]) -> str:
+    """What to change when forward() does not run: an integer or boolean input read as data is the likely
+    cause when there is one."""
+    for index, x in enumerate(example_inputs):
+        if isinstance(x, torch.Tensor) and x.dtype in INDEX_DTYPES:
+            return (f"example input {index} is {x.dtype}, which the program takes as indices or a mask (for "
+                    "embedding, index_select, masked_fill); give float32 data for anything else")
+    return "remove data-dependent control flow or shapes from forward()"
 
 
 def _export_without_partial_graph(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...]

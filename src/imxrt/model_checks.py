@@ -79,7 +79,8 @@ def _produce(what: str, index: int, function):
 
 
 def check_inputs(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    """The model must be float with float tensor inputs: int8 conversion is this compiler's job."""
+    """The model must be float with float tensor inputs (or index / mask inputs): int8 conversion is this
+    compiler's job."""
     if not isinstance(model, torch.nn.Module):
         raise BadModel(f"expected a torch.nn.Module, got {type(model).__name__}")
     example_inputs = check_example_inputs(example_inputs)
@@ -94,21 +95,32 @@ def check_inputs(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor])
     return example_inputs
 
 
+# Inputs that are not data to quantize: indices (an embedding's tokens, index_select's rows) and boolean masks.
+INDEX_DTYPES = (torch.int64, torch.int32, torch.bool)
+
+
 def check_example_inputs(example_inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    """A non-empty tuple of finite float32 tensors."""
+    """A non-empty tuple of tensors: finite float32 data, or integer indices / boolean masks (``INDEX_DTYPES``),
+    which the program takes unquantized."""
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     example_inputs = tuple(example_inputs)
     if not example_inputs:
         raise BadModel("example inputs must be a non-empty tuple of tensors")
     for index, value in enumerate(example_inputs):
+        if isinstance(value, (tuple, list)):
+            raise BadModel(f"example input {index} is a {type(value).__name__} of {len(value)}, not a tensor: a "
+                           "program's inputs are tensors; take each tensor as its own forward() argument (index "
+                           "tensors for index_put too) and build the tuple inside forward()")
         if not isinstance(value, torch.Tensor):
             raise BadModel(f"example input {index} is a {type(value).__name__}, not a tensor: a program's inputs "
                            "are tensors; make a Python number a constant of the model, or pass it as a tensor")
     for index, x in enumerate(example_inputs):
+        if x.dtype in INDEX_DTYPES:
+            continue  # token indices or a mask: the program takes them as they are
         if not x.dtype.is_floating_point:
             raise BadModel(f"example input {index} is {x.dtype}; give the float model and float inputs, "
-                           "imxrt quantizes them itself")
+                           "imxrt quantizes them itself (integer indices are int64 or int32, masks bool)")
         if x.dtype != torch.float32:
             raise BadModel(f"example input {index} is {x.dtype}; imxrt quantizes float32 models: pass "
                            "float32 inputs (x.float()) and a float32 model (model.float())")

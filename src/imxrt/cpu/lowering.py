@@ -132,6 +132,8 @@ def _replace_cluster(cluster, replacement: Node) -> None:
     nothing else reads them)."""
     for q in cluster.quantizes:
         q.replace_all_uses_with(replacement)
+    if not cluster.quantizes:  # a mask, read as it is
+        cluster.anchor.replace_all_uses_with(replacement)
     graph = replacement.graph
     for q in cluster.quantizes:
         graph.erase_node(q)

@@ -34,13 +34,14 @@ _aten = torch.ops.aten
 # Ops kept whole through to_edge so the NPU sees one FULLY_CONNECTED / HARD_SWISH / RESIZE / PRELU, not a
 # decomposition into primitives. Keeping is per op, not per node, so each must also be safe where the NPU
 # does not take it: upsample and reflection pads have portable kernels; a float linear (none) becomes addmm in
-# the CPU lowering; hardswish is always int8
+# the CPU lowering; masked_fill has a portable kernel on every dtype (int8 too: decomposed into where and
+# scalar_tensor it would run in float); hardswish is always int8
 # (a Compute rule) and the NPU takes every int8 hardswish; prelu (no portable kernel) is kept only when
 # every one is int8.
 KEEP_WHOLE = (_aten.linear.default, _aten.hardswish.default, _aten.upsample_nearest2d.vec,
               _aten.upsample_bilinear2d.vec, _aten.reflection_pad1d.default, _aten.reflection_pad2d.default,
               _aten.reflection_pad3d.default, _aten.replication_pad1d.default, _aten.replication_pad2d.default,
-              _aten.replication_pad3d.default)
+              _aten.replication_pad3d.default, _aten.masked_fill.Scalar)
 _KEEP_WHEN_ALL_INT8 = (_aten.prelu.default,)
 
 

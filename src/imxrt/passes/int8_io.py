@@ -51,11 +51,14 @@ def _outputs(program: ExportedProgram) -> list:
 def make_io_int8(program: ExportedProgram) -> None:
     """Make ``program``'s (a CPU-lowered program's) inputs and outputs its int8 tensors, in place.
 
-    An input read other than by one int8 quantize, or an output not made by a dequantize, cannot be int8:
-    that is a ``BadModel`` naming it."""
+    Integer and boolean inputs (indices, masks) stay as they are. A float input read other than by one int8
+    quantize, or an output not made by a dequantize, cannot be int8: that is a ``BadModel`` naming it."""
     graph = program.graph
     erased: list[str] = []
     for placeholder in _user_inputs(program):
+        value = placeholder.meta.get("val")
+        if isinstance(value, torch.Tensor) and not value.dtype.is_floating_point:
+            continue  # indices or a mask: never quantized, the program's input as it is
         users = list(placeholder.users)
         if not users or any(u.target != _quantize() for u in users) or \
                 len({(_qparams(u), tuple(u.args[3:])) for u in users}) != 1:

@@ -2,7 +2,9 @@
 
 After pt2e conversion every int8 op looks like ``dequantize -> op [-> fused activation] -> quantize``.
 A *cluster* is such an op (plus its fused activation); it is quantized when every tensor it reads comes
-from a dequantize (or is a float scalar constant) and every value it writes goes only to quantize nodes.
+from a dequantize (or is a float scalar constant, or an integer index or boolean mask beside an int8 tensor)
+and every value it writes goes only to quantize nodes (or is a boolean mask computed from int8 values, read
+as it is).
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ class Cluster:
     anchor: Node
     activation: Node | None
     dequantizes: tuple[Node, ...]  # DQ nodes the anchor reads (activations, weights, biases)
-    quantizes: tuple[Node, ...]  # Q nodes reading the cluster's output
+    quantizes: tuple[Node, ...]  # Q nodes reading the cluster's output (none when it is a boolean mask)
 
     @property
     def ops(self) -> tuple[Node, ...]:
@@ -121,6 +123,12 @@ def _is_float_constant(node: Node) -> bool:
         value.dtype.is_floating_point
 
 
+def is_index_tensor(node: Node) -> bool:
+    """An integer or boolean tensor (an embedding's indices, a mask): read as it is by an int8 lookup."""
+    value = node.meta.get("val")
+    return isinstance(value, torch.Tensor) and not value.dtype.is_floating_point and not value.dtype.is_complex
+
+
 def find_clusters(graph: Graph) -> dict[Node, Cluster | None]:
     """Map every compute node to its cluster, or to None when it does not run in int8.
 
@@ -131,20 +139,24 @@ def find_clusters(graph: Graph) -> dict[Node, Cluster | None]:
         if not is_compute(node) or node in result:
             continue
         inputs = tensor_args(node)
-        reads_int8 = bool(inputs) and all(is_dequantize(a) or _is_float_constant(a) for a in inputs)
+        # an index or mask tensor rides along, beside at least one int8 tensor (the table it selects from)
+        reads_int8 = not all(map(is_index_tensor, inputs)) and \
+            all(is_dequantize(a) or _is_float_constant(a) or is_index_tensor(a) for a in inputs)
         users = _output_users(node)
         activation = None
         if len(users) == 1 and users[0].op == "call_function" and users[0].target in FUSED_ACTIVATIONS \
                 and not is_quantize(users[0]):
             activation = users[0]
             users = list(activation.users)
+        # a comparison's mask is read as it is: its cluster has no quantize
+        writes_mask = activation is None and is_index_tensor(node) and any(is_dequantize(a) for a in inputs)
         writes_int8 = bool(users) and all(is_quantize(u) for u in users)
-        if reads_int8 and writes_int8:
+        if reads_int8 and (writes_int8 or writes_mask):
             cluster = Cluster(
                 anchor=node,
                 activation=activation,
                 dequantizes=tuple(a for a in inputs if is_dequantize(a)),
-                quantizes=tuple(users),
+                quantizes=tuple(users) if writes_int8 else (),
             )
             result[node] = cluster
             if activation is not None:

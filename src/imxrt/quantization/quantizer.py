@@ -44,7 +44,8 @@ def _symmetric_outputs(graph: torch.fx.Graph, table: rules.RuleTable) -> set[Nod
         if not (isinstance(rule, rules.Compute) and rule.symmetric_inputs):
             continue
         for value in _tensor_inputs(node):
-            while value.op == "call_function" and isinstance(rules.rule_for(table, value), rules.SharedWithInput) \
+            while value.op == "call_function" \
+                    and isinstance(rules.rule_for(table, value), (rules.SharedWithInput, rules.Lookup)) \
                     and _tensor_inputs(value):
                 value = _tensor_inputs(value)[0]
             found.add(value)
@@ -90,7 +91,7 @@ class ImxrtQuantizer(Quantizer):
             if node.op != "call_function" or _ANNOTATION in node.meta or keeps_float(node):
                 continue
             rule = rules.rule_for(table, node)
-            if rule is None or not _is_float_tensor(node):
+            if rule is None or not (_is_float_tensor(node) or isinstance(rule, rules.Compare)):
                 continue
             self._annotate(node, rule)
         _share_recurrent_state_observers(model)
@@ -133,6 +134,23 @@ class ImxrtQuantizer(Quantizer):
         elif isinstance(rule, rules.FixedOutput):
             input_specs = {arg: in_spec(arg) for arg in inputs}
             output_spec = specs.fixed_spec(rule.scale, rule.zero_point)
+        elif isinstance(rule, rules.Compare):
+            if not _is_float_tensor(node.args[0]):
+                return
+            input_specs = {node.args[0]: in_spec(node.args[0])}
+            output_spec = None  # a boolean mask
+        elif isinstance(rule, rules.Lookup):
+            table = node.args[0]
+            if table not in inputs:
+                return
+            # a constant table (an embedding's weights) gets its own observer on this edge, like an activation;
+            # values written into it (index_put's) take its qparams
+            input_specs[table] = in_spec(table)
+            output_spec = specs.same_qparams_spec(table, node) if rule.writes_constant \
+                else SharedQuantizationSpec((table, node))
+            for other in inputs:
+                if other is not table:
+                    input_specs[other] = output_spec
         else:
             assert isinstance(rule, rules.SharedWithInput)
             computed = [arg for arg in inputs if arg.op != "get_attr"]

@@ -69,7 +69,29 @@ class MatMul:
     FULLY_CONNECTED like a linear); two activations are a ``Compute``."""
 
 
-Rule = Weighted | Compute | SharedWithInput | FixedOutput | MatMul
+@dataclass(frozen=True)
+class Lookup:
+    """An op that picks or places values of a table by integer indices or a boolean mask it reads as they
+    are (an embedding's rows, ``index_select``, ``masked_fill``, ``index_put``): the table, its first
+    argument, is quantized per tensor (a constant table observed like an activation, so its own range sets
+    its qparams); the output and any values written into the table share its qparams, so the int8 kernel
+    moves bytes and the lookup is exact. The index or mask stays an integer or boolean tensor.
+
+    ``writes_constant``: the op also writes a constant of the model (masked_fill's value); the output takes
+    the table's qparams without being observed, so a fill far outside the data (an attention mask's -1e4)
+    saturates to the int8 bound instead of widening the range every other value is stored in."""
+
+    writes_constant: bool = False
+
+
+@dataclass(frozen=True)
+class Compare:
+    """An op that compares a tensor with a constant and writes a boolean mask (``x > 0.3``, a masked fill's
+    mask): its input is int8, its output is no int8 tensor. The int8 kernel compares the int8 values with
+    the integer threshold that gives the float comparison's answer for every one of them."""
+
+
+Rule = Weighted | Compute | SharedWithInput | FixedOutput | MatMul | Lookup | Compare
 
 
 class Device(enum.Enum):
@@ -179,6 +201,13 @@ QUANTIZATION: dict[OpKey, OpQuantization] = {
     aten.maximum.default: _row(SharedWithInput()),
     aten.minimum.default: _row(SharedWithInput()),
     **{op: _row(SharedWithInput()) for op in _DATA_MOVEMENT},
+    # lookups by an integer index or a boolean mask: the CPU's portable kernels on the int8 table (Neutron
+    # has no GATHER or SELECT, reference/neutron.md)
+    aten.embedding.default: _row(Lookup(), CPU_ONLY),
+    aten.index_select.default: _row(Lookup(), CPU_ONLY),
+    aten.masked_fill.Scalar: _row(Lookup(writes_constant=True), CPU_ONLY),
+    aten.index_put.default: _row(Lookup(), CPU_ONLY),
+    **{op: _row(Compare(), CPU_ONLY) for op in (aten.gt.Scalar, aten.ge.Scalar, aten.lt.Scalar, aten.le.Scalar)},
     # a recurrent loop's markers (``passes.recurrent_loops``): where a step's values enter and leave it
     **{op: _row(SharedWithInput()) for op in (LOOP_INPUT, LOOP_CARRY, LOOP_RESULT, LOOP_STACK)},
     POINTWISE_UNARY: _row(Compute(), CPU_ONLY),
@@ -227,7 +256,8 @@ def qparam_flow(devices: frozenset[Device]) -> QparamFlow:
     table = {op: rule for op, rule in rules_on(devices).items() if not isinstance(op, str)}
     return QparamFlow(
         fixed_zero_points={op: rule.zero_point for op, rule in table.items() if isinstance(rule, FixedOutput)},
-        shared_with_input=frozenset(op for op, rule in table.items() if isinstance(rule, SharedWithInput)))
+        shared_with_input=frozenset(op for op, rule in table.items()
+                                    if isinstance(rule, (SharedWithInput, Lookup))))
 
 
 def rule_for(table: RuleTable, node: torch.fx.Node) -> Rule | None:

@@ -105,6 +105,24 @@ def bias_spec(op_node: Node, input_node: Node, weight_node: Node, per_channel: b
     )
 
 
+def _same_qparams(observers) -> tuple[torch.Tensor, torch.Tensor]:
+    (observer,) = observers
+    return observer.calculate_qparams()
+
+
+def same_qparams_spec(input_node: Node, op_node: Node) -> DerivedQuantizationSpec:
+    """int8 with the qparams of ``input_node`` as ``op_node`` reads it, observing nothing itself (the output
+    of an op whose other values must not widen its input's range)."""
+    return DerivedQuantizationSpec(
+        derived_from=[(input_node, op_node)],
+        derive_qparams_fn=_same_qparams,
+        dtype=torch.int8,
+        quant_min=INT8_MIN,
+        quant_max=INT8_MAX,
+        qscheme=torch.per_tensor_affine,
+    )
+
+
 def fixed_spec(scale: float, zero_point: int) -> FixedQParamsQuantizationSpec:
     """Output qparams the int8 kernel itself dictates (softmax, logistic, tanh)."""
     return FixedQParamsQuantizationSpec(

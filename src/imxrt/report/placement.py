@@ -187,7 +187,10 @@ def _cpu_execution(node: Node) -> dict:
     dtype = getattr(value, "dtype", None)
     if _namespace(node) == "cortex_m":
         return {"execution": "cpu int8", "kernel": kernel}
-    if dtype == torch.int8 and not _is_conversion(node):
+    # a comparison of int8 values writes a mask: an int8 op whose output is not int8 (nor float)
+    mask_of_int8 = dtype is not None and not dtype.is_floating_point and any(
+        getattr(a.meta.get("val"), "dtype", None) == torch.int8 for a in node.all_input_nodes)
+    if (dtype == torch.int8 or mask_of_int8) and not _is_conversion(node):
         return {"execution": "cpu int8", "kernel": f"{kernel} (portable kernel on int8 values)"}
     if is_quantize(node) or is_dequantize(node):
         return {"execution": "cpu int8", "kernel": kernel}

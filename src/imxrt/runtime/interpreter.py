@@ -244,7 +244,10 @@ class Interpreter:
                     raise BadFile(self.program.name, f"instruction {step} calls {kernel.name} but {problem}")
             try:
                 result = call()
-            except (RuntimeError, TypeError, ValueError, IndexError) as e:
+            except IndexError as e:  # indices beyond their table: the data's fault (the device's kernel refuses them)
+                raise BadInput(f"instruction {step} ({kernel.name}): {e}; integer inputs must index within the "
+                               "model's tables (an embedding's token ids below its number of rows)") from None
+            except (RuntimeError, TypeError, ValueError) as e:
                 raise RuntimeError(f"instruction {step} ({kernel.name}) failed: {e}") from e
             if kernel.stores_result:
                 values[result_index] = result
@@ -337,9 +340,7 @@ class Interpreter:
                 continue
             tensor = given if isinstance(given, torch.Tensor) else _from_numpy(given)
             if tuple(tensor.shape) != tuple(target.shape) or tensor.dtype != target.dtype:
-                hint = ("; it takes int8 data (compiled with --io int8): quantize it, or run it with "
-                        "imxrt run --quantize-inputs" if target.dtype == torch.int8 and tensor.dtype.is_floating_point
-                        else "")
+                hint = _input_hint(target.dtype, tensor.dtype)
                 raise BadInput(f"input {position}: the program expects {_describe(target)}, "
                                f"got {_describe(tensor)}{hint}")
             target.copy_(tensor)
@@ -356,6 +357,19 @@ class Interpreter:
         if isinstance(value, torch.Tensor):
             return value.detach().clone(memory_format=torch.contiguous_format).numpy()
         return np.asarray(value)
+
+
+def _input_hint(expected: torch.dtype, given: torch.dtype) -> str:
+    """What to do when an input of dtype ``given`` is fed where the program takes ``expected``."""
+    if expected == torch.int8 and given.is_floating_point:
+        return "; it takes int8 data (compiled with --io int8): quantize it, or run it with imxrt run --quantize-inputs"
+    if expected == torch.bool:
+        return "; it takes a boolean mask, as the model's example input was: save it with dtype bool"
+    if not expected.is_floating_point:
+        kind = str(expected).removeprefix("torch.")
+        return (f"; it takes integer indices, as the model's example input was: give them as {kind} "
+                f"(numpy.{kind}), not {str(given).removeprefix('torch.')} data")
+    return ""
 
 
 def _restore_layouts(written: list[tuple[torch.Tensor, tuple]]) -> None:

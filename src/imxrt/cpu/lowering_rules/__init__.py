@@ -57,6 +57,9 @@ _TABLE: list[tuple[object, CpuKernel]] = [
     (edge.div.Tensor, CpuKernel("cortex_m::quantized_div", elementwise.lower_div)),
     (edge.maximum.default, CpuKernel("cortex_m::maximum", elementwise.lower_min_max("maximum"))),
     (edge.minimum.default, CpuKernel("cortex_m::minimum", elementwise.lower_min_max("minimum"))),
+    # comparisons with a constant: the portable kernel on int8 values, an integer threshold
+    *((op, CpuKernel(_PORTABLE, elementwise.lower_compare)) for op in (
+        edge.gt.Scalar, edge.ge.Scalar, edge.lt.Scalar, edge.le.Scalar)),
     # activations and unary math: lookup tables
     *((op, CpuKernel(_LUT, elementwise.lower_lut(build))) for op, build in elementwise.LUTS.items()),
     # pooling and reductions
@@ -80,6 +83,11 @@ _TABLE: list[tuple[object, CpuKernel]] = [
         edge.view_copy.default, edge.squeeze_copy.dims, edge.squeeze_copy.dim, edge.unsqueeze_copy.default,
         edge.clone.default, edge.alias_copy.default, edge.slice_copy.Tensor, edge.select_copy.int,
         edge.cat.default, edge.expand_copy.default, edge.flip.default)),
+    # lookups by an integer index or a boolean mask
+    (edge.embedding.default, CpuKernel(_PORTABLE, shape.lower_lookup)),
+    (edge.index_select.default, CpuKernel(_PORTABLE, shape.lower_lookup)),
+    (edge.masked_fill.Scalar, CpuKernel(_PORTABLE, shape.lower_masked_fill)),
+    (edge.index_put.default, CpuKernel(_PORTABLE, shape.lower_lookup)),
     # resize
     (edge.upsample_nearest2d.vec, CpuKernel(_PORTABLE, shape.lower_portable)),
     # a recurrent loop's markers, on the int8 values: rolling the loop makes them its scan's slices and copies

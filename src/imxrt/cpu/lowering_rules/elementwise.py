@@ -1,6 +1,7 @@
 """CPU lowering, elementwise ops: add, sub, mul, div, maximum, minimum on two int8 tensors (an operand that
-broadcasts expanded first), an op with a scalar constant, and every unary op (activations, unary math, any
-other pointwise op of one tensor) as a 256-entry lookup table (``quantized_activation``)."""
+broadcasts expanded first), an op with a scalar constant, every unary op (activations, unary math, any
+other pointwise op of one tensor) as a 256-entry lookup table (``quantized_activation``), and comparisons
+with a constant as the portable kernel on int8 values."""
 
 from __future__ import annotations
 
@@ -256,3 +257,34 @@ def is_pointwise_unary(node: Node) -> bool:
 
 
 lower_pointwise = lower_lut(_float_lut)
+
+
+# --- comparisons with a constant -----------------------------------------------------------------------------
+
+# The comparisons whose answer rises with the input (True from some value on); lt and le fall.
+_RISING = frozenset({edge.gt.Scalar, edge.ge.Scalar})
+
+
+def lower_compare(rw: Rewrite) -> Node:
+    """A comparison with a constant, on the int8 input: the same portable kernel with the integer threshold
+    that answers as the float comparison of the dequantized value does, found over all 256 int8 values
+    (dequantization is monotonic, so the answer switches once)."""
+    x, constant = rw.anchor.args[:2]
+    x_int8 = rw.int8(x)
+    if not isinstance(constant, (int, float)) or isinstance(constant, bool):
+        raise NotLowered(f"the constant {constant!r} is not a number")
+    q_in = rw.qparams(x)
+    every_int8 = torch.arange(INT8_MIN, INT8_MAX + 1, dtype=torch.int8)
+    # the dequantize and the comparison of the int8 program, on every int8 value
+    values = torch.ops.quantized_decomposed.dequantize_per_tensor(
+        every_int8, float(x.args[1]), int(x.args[2]), INT8_MIN, INT8_MAX, torch.int8)
+    answers = rw.anchor.target._op(values, constant)
+    rising = rw.anchor.target in _RISING
+    if not torch.equal(answers, torch.sort(answers.to(torch.uint8), descending=not rising).values.bool()):
+        raise NotLowered(f"the comparison does not switch once over the int8 values (qparams {q_in})")
+    count = int(answers.sum())
+    if rising:  # False ... True: q >= the first True (none True: q > 127, never)
+        op, threshold = (edge.ge.Scalar, INT8_MAX + 1 - count) if count else (edge.gt.Scalar, INT8_MAX)
+    else:  # True ... False: q <= the last True (none True: q < -128, never)
+        op, threshold = (edge.le.Scalar, INT8_MIN - 1 + count) if count else (edge.lt.Scalar, INT8_MIN)
+    return rw.emit(op, (x_int8, threshold), val=rw.anchor.meta["val"])

@@ -1,6 +1,7 @@
 """CPU lowering, data movement: permute_copy -> cortex_m transpose at the lowest rank that moves the same
 bytes; every other data-movement op (views, slices, concatenations, nearest upsampling, expands, pads by
-reflection or replication, amax / amin) stays on its portable kernel, on the int8 values."""
+reflection or replication, amax / amin) and every lookup by an index or a mask (embedding, index_select,
+index_put, masked_fill) stays on its portable kernel, on the int8 values."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import numpy as np
 import torch
 from torch.fx import Node
 
-from imxrt.cpu.lowering_rules.common import NotLowered, Rewrite, cortex_m, edge, shape_of
-from imxrt.passes.qdq import is_dequantize
+from imxrt.cpu.lowering_rules.common import NotLowered, Rewrite, cortex_m, edge, node_arg, shape_of
+from imxrt.kernels.requantize import INT8_MAX, INT8_MIN
+from imxrt.passes.qdq import is_dequantize, is_index_tensor
 
 
 def collapsed_permutation(shape, perm) -> tuple[list[int], list[int]]:
@@ -72,6 +74,45 @@ def lower_portable(rw: Rewrite) -> Node:
         return rw.int8(arg) if isinstance(arg, Node) else arg
 
     return rw.emit(rw.anchor.target, tuple(swap(a) for a in rw.anchor.args))
+
+
+def lower_lookup(rw: Rewrite) -> Node:
+    """The portable kernel on the int8 table (an embedding's weights, index_select's or index_put's input),
+    the integer indices read as they are; the output and any values put into the table share its qparams:
+    the kernel moves bytes."""
+    rw.no_fused_activation()
+    table = rw.anchor.args[0]
+    if not is_dequantize(table):
+        raise NotLowered("the table is a float constant")
+    if rw.anchor.target == edge.index_put.default and node_arg(rw.anchor, 3, "accumulate", False):
+        raise NotLowered("index_put with accumulate=True adds values, which an int8 copy cannot; it runs in float")
+    values = [a for a in rw.anchor.args[1:] if is_dequantize(a)]
+    rw.shared_qparams(table, *values)
+
+    def swap(arg):
+        if isinstance(arg, (list, tuple)):  # index_put's indices, one tensor (or None) per dimension
+            return type(arg)(swap(a) for a in arg)
+        if isinstance(arg, Node) and not is_index_tensor(arg):
+            return rw.int8(arg)
+        return arg
+
+    return rw.emit(rw.anchor.target, (rw.int8(table), *(swap(a) for a in rw.anchor.args[1:])))
+
+
+def lower_masked_fill(rw: Rewrite) -> Node:
+    """masked_fill.Scalar on the int8 input, the fill value quantized with the input's qparams (clamped to
+    int8, as quantizing the float result would)."""
+    rw.no_fused_activation()
+    x, mask, value = rw.anchor.args[:3]
+    if not is_index_tensor(mask):
+        raise NotLowered(f"the mask {mask.name} is not a boolean tensor")
+    rw.shared_qparams(x)
+    # the quantize the int8 program applies to the float result, applied to the fill value alone (an infinite
+    # fill becomes the int8 bound)
+    scale, zero_point = rw.cluster.quantizes[0].args[1:3]
+    fill = torch.ops.quantized_decomposed.quantize_per_tensor(
+        torch.tensor([float(value)], dtype=torch.float32), scale, zero_point, INT8_MIN, INT8_MAX, torch.int8)
+    return rw.emit(rw.anchor.target, (rw.int8(x), mask, int(fill[0])))
 
 
 def lower_loop_marker(rw: Rewrite) -> Node:

@@ -130,3 +130,42 @@ def test_an_adaptive_max_pool_returning_indices_gives_the_max_pools_indices(targ
 def test_pools_without_a_kernel_are_refused_by_name(model, shape, message):
     with pytest.raises(imxrt.errors.BadModel, match=r"node \w+: " + re.escape(message)):
         _compile(model, shape, "imxrt700-cpu")
+
+
+class _Reduction(nn.Module):
+    """``torch.<name>(x, ...)`` returning its ``torch.return_types`` pair (values, indices) or a tensor."""
+
+    def __init__(self, name: str, *args, **kwargs):
+        super().__init__()
+        self.name, self.args, self.kwargs = name, args, kwargs
+
+    def forward(self, x):
+        return getattr(torch, self.name)(x, *self.args, **self.kwargs)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(("model", "shape"), [
+    (_Reduction("max", dim=1), (2, 3, 4, 5)), (_Reduction("min", dim=-1, keepdim=True), (3, 4, 5)),
+    (_Reduction("topk", 3, dim=1), (2, 8)),
+], ids=["max", "min", "topk"])
+def test_values_and_indices_pairs_are_the_programs_outputs(model, shape, target):
+    """A ``torch.return_types`` result is the program's outputs in order: the values, then the int64 indices."""
+    result, cal = _compile(model, shape, target)
+    assert [o["dtype"] for o in result.io["outputs"]] == ["float32", "int64"]
+    check_case(result, cal[1], model)
+
+
+@pytest.mark.parametrize(("model", "shape", "instead"), [
+    (_Reduction("median"), (10, 10), "torch.topk(x.flatten(), 50, largest=False).values[-1]"),
+    (_Reduction("median", dim=1), (3, 4, 5), "torch.topk(x, 2, dim=1, largest=False) and its last entry along "
+     "dim 1"),
+    (_Reduction("median", dim=-1, keepdim=True), (3, 4, 5), "torch.topk(x, 3, dim=2, largest=False) and its last "
+     "entry along dim 2"),
+    (_Reduction("sort", dim=1, descending=True), (2, 8), "torch.topk(x, 8, dim=1, largest=True)"),
+], ids=["median", "median_dim", "median_keepdim", "sort"])
+def test_median_and_sort_are_refused_by_name_with_the_topk_to_write_instead(model, shape, instead):
+    name = model.name
+    with pytest.raises(imxrt.errors.BadModel, match=re.escape(
+            f"node {name}: {name} has no kernel in the stock runtime (neither the NPU, CMSIS-NN nor ExecuTorch's "
+            f"portable kernels); torch.topk has a portable kernel and gives the same values: write {instead}")):
+        _compile(model, shape, "imxrt700-cpu")

@@ -9,6 +9,7 @@ from contextlib import contextmanager, redirect_stderr
 from io import StringIO
 
 import torch
+import torch.utils._pytree as pytree
 from torch._C import DispatchKey
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import ExportedProgram
@@ -38,7 +39,48 @@ def export(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], tra
         if isinstance(value, torch.Tensor) and any(not isinstance(d, int) for d in value.shape):
             raise BadModel("dynamic shapes are not supported: the NPU and the memory plan need static "
                            f"shapes (symbolic shape {tuple(value.shape)})", node=node.name)
+    for node in exported.graph.nodes:
+        if node.op == "call_function" and node.target in _WITHOUT_KERNEL:
+            raise BadModel(_WITHOUT_KERNEL[node.target](node), node=node.name)
+    signature = exported.module_call_graph[0].signature
+    signature.out_spec = _as_plain_tuples(signature.out_spec)
     return exported
+
+
+def _order_statistic(node) -> str:
+    """median / sort: no kernel anywhere; ``torch.topk`` (a portable kernel) gives the same values."""
+    x = node.args[0].meta["val"]
+    name = node.target._schema.name.split("::")[-1]
+    if node.target == aten.median.default:
+        k = (x.numel() - 1) // 2 + 1
+        instead = f"torch.topk(x.flatten(), {k}, largest=False).values[-1]"
+    elif node.target == aten.median.dim:
+        dim = int(node.args[1]) % x.dim()
+        k = (x.shape[dim] - 1) // 2 + 1
+        instead = f"torch.topk(x, {k}, dim={dim}, largest=False) and its last entry along dim {dim}"
+    else:
+        dim = int(node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else -1)) % x.dim()
+        descending = bool(node.kwargs.get("descending", node.args[2] if len(node.args) > 2 else False))
+        instead = f"torch.topk(x, {x.shape[dim]}, dim={dim}, largest={descending})"
+    return (f"{name} has no kernel in the stock runtime (neither the NPU, CMSIS-NN nor ExecuTorch's portable "
+            f"kernels); torch.topk has a portable kernel and gives the same values: write {instead}")
+
+
+# Ops no kernel of the stock runtime runs, refused by name with what to write instead.
+_WITHOUT_KERNEL = dict.fromkeys((aten.median.default, aten.median.dim, aten.sort.default, aten.sort.stable),
+                                _order_statistic)
+
+
+def _as_plain_tuples(spec: pytree.TreeSpec) -> pytree.TreeSpec:
+    """The output structure with every named tuple a plain tuple: ``torch.max(x, dim)`` returns a
+    ``torch.return_types.max``, whose type the program's output description cannot name; the program returns
+    the same tensors in the same order (values, then indices)."""
+    if spec.is_leaf():
+        return spec
+    children = [_as_plain_tuples(child) for child in spec.children()]
+    if pytree.is_structseq_class(spec.type) or pytree.is_namedtuple_class(spec.type):
+        return pytree.TreeSpec(tuple, None, children)
+    return pytree.TreeSpec(spec.type, spec.context, children)
 
 
 def _export_without_partial_graph(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...]

@@ -169,3 +169,23 @@ def test_median_and_sort_are_refused_by_name_with_the_topk_to_write_instead(mode
             f"node {name}: {name} has no kernel in the stock runtime (neither the NPU, CMSIS-NN nor ExecuTorch's "
             f"portable kernels); torch.topk has a portable kernel and gives the same values: write {instead}")):
         _compile(model, shape, "imxrt700-cpu")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(("slopes", "shape"), [(3, (2, 3, 4, 5)), (1, (2, 3, 4, 5)), (4, (3, 4, 5)), (10, (2, 10))],
+                         ids=["suite-per-channel", "suite-one-slope", "rank3", "rank2"])
+def test_prelu_runs_in_int8_whatever_its_slopes(slopes, shape, target):
+    """The suite's PReLU cases (and a slope per channel at ranks 3 and 2): int8 on the CPU (one table for one
+    slope, four kernels for one per channel; ``test_cpu_prelu`` checks them against TFLM's PRELU), the NPU's
+    PRELU on imxrt700."""
+    model = nn.PReLU(slopes)
+    with torch.no_grad():
+        model.weight.copy_(torch.linspace(-0.5, 0.4, slopes))
+    result, cal = _compile(model, shape, target)
+    prelu = [op for op in result.report["ops"] if op["op"] == "aten.prelu.default"]
+    assert prelu and all(op["execution"] == ("npu" if target == "imxrt700" else "cpu int8") for op in prelu)
+    if target == "imxrt700-cpu":
+        tables = ["quantized_activation"] if slopes == 1 else \
+            ["quantized_activation", "quantized_mul", "quantized_activation", "quantized_add"]
+        assert [op["kernel"] for op in prelu] == [f"cortex_m.{kernel}.default" for kernel in tables]
+    check_case(result, cal[1], model)

@@ -57,6 +57,8 @@ _TABLE: list[tuple[object, CpuKernel]] = [
     (edge.div.Tensor, CpuKernel("cortex_m::quantized_div", elementwise.lower_div)),
     (edge.maximum.default, CpuKernel("cortex_m::maximum", elementwise.lower_min_max("maximum"))),
     (edge.minimum.default, CpuKernel("cortex_m::minimum", elementwise.lower_min_max("minimum"))),
+    (edge.prelu.default, CpuKernel(f"{_LUT} (one slope); two of them, quantized_mul and quantized_add (a slope "
+                                   "per channel)", elementwise.lower_prelu)),
     # activations and unary math: lookup tables
     *((op, CpuKernel(_LUT, elementwise.lower_lut(build))) for op, build in elementwise.LUTS.items()),
     # pooling and reductions

@@ -39,6 +39,7 @@ from imxrt.passes import (
     DecomposeGeluPass,
     DecomposeHardsigmoidPass,
     DecomposeLayerNormPass,
+    DecomposeMedianPass,
     DecomposeSiluPass,
     DecomposeSquarePass,
     DecomposeVectorNormPass,
@@ -147,6 +148,12 @@ def convert_pools_to_2d() -> Case:
     return _case(lambda m, x: F.max_pool3d(x, (2, 3, 2), (1, 2, 2), (1, 1, 0), (2, 1, 2), True), [(1, 2, 7, 9, 11)],
                  {aten.max_pool3d.default: 1, aten.max_pool2d.default: 0},
                  {aten.max_pool3d.default: 0, aten.max_pool2d.default: 2})
+
+
+def decompose_median() -> Case:
+    """The median along a dim of 5 values is the last of the 3 smallest."""
+    return _case(lambda m, x: torch.median(x, 1, keepdim=True).values, [(3, 5, 4)],
+                 {aten.median.dim: 1, aten.topk.default: 0}, {aten.median.dim: 0, aten.topk.default: 1})
 
 
 def convert_addmm_to_linear() -> Case:
@@ -382,6 +389,7 @@ CASES: dict[type[PassBase], Callable[[], Case]] = {
     DecomposeGeluPass: decompose_gelu,
     DecomposeHardsigmoidPass: decompose_hardsigmoid,
     DecomposeLayerNormPass: decompose_layer_norm,
+    DecomposeMedianPass: decompose_median,
     DecomposeSiluPass: decompose_silu,
     DecomposeSquarePass: decompose_square,
     DecomposeVectorNormPass: decompose_vector_norm,

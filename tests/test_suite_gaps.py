@@ -143,6 +143,11 @@ class _Reduction(nn.Module):
         return getattr(torch, self.name)(x, *self.args, **self.kwargs)
 
 
+class _ValuesOnly(_Reduction):
+    def forward(self, x):
+        return super().forward(x)[0]
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize(("model", "shape"), [
     (_Reduction("max", dim=1), (2, 3, 4, 5)), (_Reduction("min", dim=-1, keepdim=True), (3, 4, 5)),
@@ -155,37 +160,36 @@ def test_values_and_indices_pairs_are_the_programs_outputs(model, shape, target)
     check_case(result, cal[1], model)
 
 
-@pytest.mark.parametrize(("model", "shape", "instead"), [
-    (_Reduction("median"), (10, 10), "torch.topk(x.flatten(), 50, largest=False).values[-1]"),
-    (_Reduction("median", dim=1), (3, 4, 5), "torch.topk(x, 2, dim=1, largest=False) and its last entry along "
-     "dim 1"),
-    (_Reduction("median", dim=-1, keepdim=True), (3, 4, 5), "torch.topk(x, 3, dim=2, largest=False) and its last "
-     "entry along dim 2"),
-    (_Reduction("sort", dim=1, descending=True), (2, 8), "torch.topk(x, 8, dim=1, largest=True)"),
-], ids=["median", "median_dim", "median_keepdim", "sort"])
-def test_median_and_sort_are_refused_by_name_with_the_topk_to_write_instead(model, shape, instead):
-    name = model.name
-    with pytest.raises(imxrt.errors.BadModel, match=re.escape(
-            f"node {name}: {name} has no kernel in the stock runtime (neither the NPU, CMSIS-NN nor ExecuTorch's "
-            f"portable kernels); torch.topk has a portable kernel and gives the same values: write {instead}")):
-        _compile(model, shape, "imxrt700-cpu")
+# the suite's median cases (values only: ``test_median.py``'s MedianValueOnlyModel)
+MEDIANS = [
+    (_Reduction("median"), (10, 10)), (_Reduction("median"), (20,)), (_Reduction("median"), (2, 2, 3, 4, 5)),
+    (_Reduction("median"), (1,)),
+    *((_ValuesOnly("median", dim=d), shape) for d, shape in (
+        (0, (5, 10)), (1, (5, 10)), (0, (3, 4, 5)), (2, (3, 4, 5)), (1, (2, 3, 4, 5)), (-1, (3, 4, 5)),
+        (-2, (3, 4, 5)), (0, (1,)))),
+    *((_ValuesOnly("median", dim=d, keepdim=True), shape) for d, shape in ((1, (3, 4, 5)), (2, (2, 3, 4, 5)))),
+]
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize(("slopes", "shape"), [(3, (2, 3, 4, 5)), (1, (2, 3, 4, 5)), (4, (3, 4, 5)), (10, (2, 10))],
-                         ids=["suite-per-channel", "suite-one-slope", "rank3", "rank2"])
-def test_prelu_runs_in_int8_whatever_its_slopes(slopes, shape, target):
-    """The suite's PReLU cases (and a slope per channel at ranks 3 and 2): int8 on the CPU (one table for one
-    slope, four kernels for one per channel; ``test_cpu_prelu`` checks them against TFLM's PRELU), the NPU's
-    PRELU on imxrt700."""
-    model = nn.PReLU(slopes)
-    with torch.no_grad():
-        model.weight.copy_(torch.linspace(-0.5, 0.4, slopes))
+@pytest.mark.parametrize(("model", "shape"), MEDIANS, ids=[f"median{i}" for i in range(len(MEDIANS))])
+def test_a_median_is_the_last_of_the_k_smallest_values(model, shape, target):
     result, cal = _compile(model, shape, target)
-    prelu = [op for op in result.report["ops"] if op["op"] == "aten.prelu.default"]
-    assert prelu and all(op["execution"] == ("npu" if target == "imxrt700" else "cpu int8") for op in prelu)
-    if target == "imxrt700-cpu":
-        tables = ["quantized_activation"] if slopes == 1 else \
-            ["quantized_activation", "quantized_mul", "quantized_activation", "quantized_add"]
-        assert [op["kernel"] for op in prelu] == [f"cortex_m.{kernel}.default" for kernel in tables]
+    assert "aten.topk.default" in {op["op"] for op in result.report["ops"]}
     check_case(result, cal[1], model)
+
+
+def test_a_median_whose_indices_are_read_is_refused_by_name():
+    with pytest.raises(imxrt.errors.BadModel, match=re.escape(
+            "node median: median with its indices: no kernel of the stock runtime (NPU, CMSIS-NN or portable) "
+            "computes a median, and the topk that gives its values picks another index among equal values; use "
+            "the values only (torch.median(x, dim).values) and it compiles")):
+        _compile(_Reduction("median", dim=1), (3, 4, 5), "imxrt700-cpu")
+
+
+def test_sort_is_refused_by_name_with_the_topk_to_write_instead():
+    with pytest.raises(imxrt.errors.BadModel, match=re.escape(
+            "node sort: sort has no kernel in the stock runtime (neither the NPU, CMSIS-NN nor ExecuTorch's "
+            "portable kernels); torch.topk has a portable kernel and gives the same values: write "
+            "torch.topk(x, 8, dim=1, largest=True)")):
+        _compile(_Reduction("sort", dim=1, descending=True), (2, 8), "imxrt700-cpu")

@@ -47,28 +47,18 @@ def export(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], tra
     return exported
 
 
-def _order_statistic(node) -> str:
-    """median / sort: no kernel anywhere; ``torch.topk`` (a portable kernel) gives the same values."""
+def _sort(node) -> str:
+    """sort: no kernel anywhere; ``torch.topk`` of every value (a portable kernel) gives the same values."""
     x = node.args[0].meta["val"]
-    name = node.target._schema.name.split("::")[-1]
-    if node.target == aten.median.default:
-        k = (x.numel() - 1) // 2 + 1
-        instead = f"torch.topk(x.flatten(), {k}, largest=False).values[-1]"
-    elif node.target == aten.median.dim:
-        dim = int(node.args[1]) % x.dim()
-        k = (x.shape[dim] - 1) // 2 + 1
-        instead = f"torch.topk(x, {k}, dim={dim}, largest=False) and its last entry along dim {dim}"
-    else:
-        dim = int(node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else -1)) % x.dim()
-        descending = bool(node.kwargs.get("descending", node.args[2] if len(node.args) > 2 else False))
-        instead = f"torch.topk(x, {x.shape[dim]}, dim={dim}, largest={descending})"
-    return (f"{name} has no kernel in the stock runtime (neither the NPU, CMSIS-NN nor ExecuTorch's portable "
-            f"kernels); torch.topk has a portable kernel and gives the same values: write {instead}")
+    dim = int(node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else -1)) % max(x.dim(), 1)
+    descending = bool(node.kwargs.get("descending", node.args[2] if len(node.args) > 2 else False))
+    return ("sort has no kernel in the stock runtime (neither the NPU, CMSIS-NN nor ExecuTorch's portable "
+            "kernels); torch.topk has a portable kernel and gives the same values: write "
+            f"torch.topk(x, {x.shape[dim] if x.dim() else 1}, dim={dim}, largest={descending})")
 
 
 # Ops no kernel of the stock runtime runs, refused by name with what to write instead.
-_WITHOUT_KERNEL = dict.fromkeys((aten.median.default, aten.median.dim, aten.sort.default, aten.sort.stable),
-                                _order_statistic)
+_WITHOUT_KERNEL = {aten.sort.default: _sort, aten.sort.stable: _sort}
 
 
 def _as_plain_tuples(spec: pytree.TreeSpec) -> pytree.TreeSpec:

@@ -20,6 +20,7 @@ from imxrt.passes.decompose_attention import DecomposeAttentionPass
 from imxrt.passes.decompose_gelu import DecomposeGeluPass
 from imxrt.passes.decompose_hardsigmoid import DecomposeHardsigmoidPass
 from imxrt.passes.decompose_layer_norm import DecomposeLayerNormPass
+from imxrt.passes.decompose_median import DecomposeMedianPass
 from imxrt.passes.decompose_silu import DecomposeSiluPass
 from imxrt.passes.decompose_square import DecomposeSquarePass
 from imxrt.passes.decompose_vector_norm import DecomposeVectorNormPass
@@ -61,7 +62,7 @@ ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, FoldConstantsPass, Unr
                DecomposeGeluPass,
                DecomposeHardsigmoidPass, DecomposeSiluPass, DecomposeSquarePass, ConvertPadToCoreOpPass,
                ConvertConv1dToConv2dPass, Convert1dOpsTo2dPass, ConvertPoolsTo2dPass, SinkSqueezePass,
-               ConvertAddmmToLinearPass,
+               DecomposeMedianPass, ConvertAddmmToLinearPass,
                DecomposeAttentionPass, ConvertMatmulToBmmPass, SinkBatchViewsPass, RescaleBatchMatmulOperandsPass,
                ConvertClampTensorPass, ConvertDivToMulPass, ConvertScalarOperandsToFloatPass,
                ConvertSplitToSlicesPass, ConvertStackToCatPass, UnshareParametersPass)

@@ -96,11 +96,26 @@ def test_adaptive_max_and_3d_pools_run_as_int8_2d_pools(case, target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_an_adaptive_max_pool_returning_indices_gives_the_max_pools_indices(target):
-    """The suite's ``return_indices=True`` case: the values and the int64 indices are the program's outputs,
+@pytest.mark.parametrize(("size", "shape"), [((6, 6, 6), (1, 4, 8, 8, 8)), ((2, 4, 6), (1, 4, 8, 8, 8)),
+                                             ((4, 4, 4), (1, 4, 6, 6, 6)), ((4, 4, 4), (1, 4, 7, 9, 11))])
+def test_an_adaptive_3d_average_pool_of_uneven_windows_runs_the_portable_2d_pool(size, shape, target):
+    """The suite's adaptive 3-D average pools whose output size does not divide the input: each stage whose
+    windows do not divide runs ExecuTorch's portable adaptive 2-D average pool (in float), the rest in int8."""
+    model = nn.AdaptiveAvgPool3d(size)
+    result, cal = _compile(model, shape, target)
+    pools = [op for op in result.report["ops"] if "pool" in op["op"]]
+    assert [op["op"] for op in pools] == ["aten._adaptive_avg_pool2d.default"] * 2
+    check_case(result, cal[1], model)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(("model", "shape"), [(nn.AdaptiveMaxPool2d((5, 5), return_indices=True), (1, 8, 20, 20)),
+                                              (nn.AdaptiveMaxPool1d(5, return_indices=True), (1, 8, 100))],
+                         ids=["2d", "1d"])
+def test_an_adaptive_max_pool_returning_indices_gives_the_max_pools_indices(model, shape, target):
+    """The suite's ``return_indices=True`` cases: the values and the int64 indices are the program's outputs,
     equal to the quantized program's (the first maximum of each window, as PyTorch's adaptive pool picks)."""
-    model = nn.AdaptiveMaxPool2d((5, 5), return_indices=True)
-    result, cal = _compile(model, (1, 8, 20, 20), target)
+    result, cal = _compile(model, shape, target)
     assert [o["dtype"] for o in result.io["outputs"]] == ["float32", "int64"]
     check_case(result, cal[1], model)
 

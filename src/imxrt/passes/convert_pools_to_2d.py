@@ -15,7 +15,9 @@ ceil mode alone. So the maximum over the box is the maximum over depth of the H 
 the box is the average over depth of the H x W averages: the divisor PyTorch uses (the box's volume, counted
 with the padding or without it) is the product of the two windows' sizes. The pools run on views where depth
 is a channel (H x W stage) or a row (depth stage, each H x W position a column); a stage whose window is 1 is
-left out. An adaptive 3-D average pool splits the same way (its windows are boxes too).
+left out. An adaptive 3-D average pool splits the same way (its windows are boxes too). In int8 the H x W
+average is rounded to the input's scale before the depth average: one rounding more than one 3-D kernel
+would make (the quantized program, and so the reference, has the same two steps).
 
 What does not split is refused by name (``BadModel``): an adaptive max pool whose output size does not divide
 its input, the indices of a 3-D max pool, a 3-D average pool with ``divisor_override``.

@@ -53,6 +53,7 @@ ADAPTIVE_MAX_POOLS = [
     *((nn.AdaptiveMaxPool2d(size), (1, 8, 20, 20)) for size in ((5, 5), 1, (10, 10), (5, 10))),
     *((nn.AdaptiveMaxPool2d((5, 5)), shape) for shape in ((2, 8, 20, 20), (1, 8, 10, 10), (1, 8, 30, 30),
                                                           (1, 8, 15, 25))),
+    (nn.AdaptiveMaxPool2d(5), (8, 20, 20)), (nn.AdaptiveMaxPool1d(5), (8, 100)),  # unbatched
 ]
 
 POOLS_3D = [
@@ -78,6 +79,7 @@ POOLS_3D = [
     *((nn.AdaptiveAvgPool3d((4, 4, 4)), shape) for shape in ((2, 4, 8, 8, 8), (1, 4, 4, 4, 4))),
     *((nn.AdaptiveMaxPool3d(size), (1, 4, 8, 8, 8)) for size in ((4, 4, 4), 1, (2, 4, 8))),
     (nn.AdaptiveMaxPool3d((4, 4, 4)), (2, 4, 8, 8, 8)),
+    (nn.MaxPool3d(2), (4, 8, 8, 8)), (nn.AvgPool3d(2), (4, 8, 8, 8)),  # unbatched
 ]
 
 

@@ -91,17 +91,19 @@ def _adaptive_max_pool(gm: GraphModule, node: Node) -> None:
             _refuse_3d_indices(node, name)
         _replace_values(gm, node, _max_pool_3d(gm, node, x, kernel, kernel, [0] * 3, [1] * 3, False))
         return
+    added = []  # the dims a [C, ...] input without its batch and a 1-D pool's height of 1 add
+    if len(_shape(x)) == rank + 1:
+        x, added = call(gm, aten.unsqueeze.default, (x, 0), like=node), [0]
     if rank == 1:  # [N, C, L] -> [N, C, 1, L]
-        x = call(gm, aten.unsqueeze.default, (x, -2), like=node)
-        kernel = [1, *kernel]
+        x, added, kernel = call(gm, aten.unsqueeze.default, (x, 2), like=node), [*added, 2], [1, *kernel]
     if read:
         pooled = call(gm, aten.max_pool2d_with_indices.default, (x, kernel, kernel), like=node)
         values, indices = (call(gm, operator.getitem, (pooled, i), like=node) for i in (0, 1))
     else:
         values, indices = call(gm, aten.max_pool2d.default, (x, kernel, kernel), like=node), None
-    if rank == 1:
-        values = call(gm, aten.squeeze.dims, (values, [-2]), like=node)
-        indices = indices and call(gm, aten.squeeze.dims, (indices, [-2]), like=node)
+    if added:
+        values = call(gm, aten.squeeze.dims, (values, added), like=node)
+        indices = indices and call(gm, aten.squeeze.dims, (indices, added), like=node)
     _replace_values(gm, node, values, indices)
 
 

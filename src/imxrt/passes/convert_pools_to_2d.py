@@ -42,9 +42,9 @@ _ADAPTIVE_MAX = {aten.adaptive_max_pool1d.default: 1, aten.adaptive_max_pool2d.d
 
 
 def _sizes(value, count: int, default: list[int] | None = None) -> list[int]:
-    """An int or list argument as ``count`` ints (an empty list or None: ``default``)."""
+    """An int or list argument as ``count`` ints (an empty list or None: ``default``, else zeros)."""
     if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
-        return list(default)
+        return list(default) if default is not None else [0] * count
     if isinstance(value, int):
         return [value] * count
     return [int(v) for v in value] * (count if len(value) == 1 else 1)

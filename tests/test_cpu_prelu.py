@@ -1,5 +1,5 @@
 """PReLU on the Cortex-M: one slope (``nn.PReLU()``) is one int8 table whose entries are TFLM's PRELU
-arithmetic; a slope per channel runs in float between the int8 ops around it."""
+arithmetic; a slope per channel is TFLM's PRELU composed from four int8 kernels."""
 
 from __future__ import annotations
 
@@ -49,12 +49,35 @@ def test_one_slope_prelu_is_one_int8_table_on_the_cpu_equal_to_tflm_prelu():
     np.testing.assert_array_equal(ours, tflm.reshape(ours.shape))
 
 
-def test_prelu_with_a_slope_per_channel_runs_in_float_on_the_cpu_and_says_why():
+@pytest.mark.parametrize("channels_last_input", [False, True])
+def test_prelu_with_a_slope_per_channel_is_int8_on_the_cpu_equal_to_tflm_prelu(channels_last_input):
+    """A slope per channel: four int8 kernels on the CPU (two tables, quantized_mul, quantized_add) whose
+    result is TFLM's PRELU on every int8 input of every channel; the NPU keeps its PRELU."""
+    shape = (1, 4, 16, 16)  # every int8 value in every channel
+    generator = torch.Generator().manual_seed(0)
+    calibration = [(torch.randn(shape, generator=generator) * 3,) for _ in range(4)]
+    if channels_last_input:
+        calibration = [(x.contiguous(memory_format=torch.channels_last),) for (x,) in calibration]
+    options = CompileOptions(show_progress=False, io="int8")
+    cpu = compile(_prelu(4), calibration[0], "imxrt700-cpu", calibration, options)
+    npu = compile(_prelu(4), calibration[0], "imxrt700", calibration, options)
+    assert _ops(cpu) == [("aten.prelu.default", "cpu", f"cortex_m.{kernel}.default") for kernel in
+                         ("quantized_activation", "quantized_mul", "quantized_activation", "quantized_add")]
+    assert len(npu.partitions) == 1 and "PRELU" in oracles.tflite_ops(npu.partitions[0])
+
+    every_int8 = np.tile(np.arange(-128, 128, dtype=np.int8), shape[1]).reshape(shape)
+    (ours,) = load(cpu.pte).forward(every_int8)
+    (declared, *_), _ = oracles.tflite_io(npu.partitions[0])
+    nhwc = tuple(declared[0]) == (1, 16, 16, 4)  # a channels_last input is read as NHWC bytes
+    (tflm,) = oracles.run_tflm(npu.partitions[0], [every_int8.transpose(0, 2, 3, 1) if nhwc else every_int8])
+    np.testing.assert_array_equal(ours, tflm.transpose(0, 3, 1, 2) if nhwc else tflm.reshape(ours.shape))
+
+
+def test_prelu_with_a_slope_per_channel_between_convolutions_runs_in_int8():
     calibration = _calibration()
     model = nn.Sequential(nn.Conv2d(4, 4, 1), _prelu(4), nn.Conv2d(4, 2, 1)).eval()
     result = compile(model, calibration[0], "imxrt700-cpu", calibration, CompileOptions(show_progress=False))
-    prelu = [op for op in result.report["ops"] if op["op"] == "aten.prelu.default"]
-    assert prelu and all(op["placement"] == "cpu" and "slope per channel" in op["reason"] for op in prelu)
+    assert not [op["op"] for op in result.report["ops"] if op["execution"] == "cpu float"]
     assert [op["kernel"] for op in result.report["ops"] if op["op"] == "aten.convolution.default"] \
         == ["cortex_m.quantized_conv2d.default"] * 2
-    program_checks.assert_pte_matches_quantized(result, calibration[1], model)
+    program_checks.check_case(result, calibration[1], model)

@@ -31,6 +31,7 @@ from imxrt.passes import (
     ConvertDivToMulPass,
     ConvertMatmulToBmmPass,
     ConvertPadToCoreOpPass,
+    ConvertPoolsTo2dPass,
     ConvertScalarOperandsToFloatPass,
     ConvertSplitToSlicesPass,
     ConvertStackToCatPass,
@@ -38,6 +39,7 @@ from imxrt.passes import (
     DecomposeGeluPass,
     DecomposeHardsigmoidPass,
     DecomposeLayerNormPass,
+    DecomposeMedianPass,
     DecomposeSiluPass,
     DecomposeSquarePass,
     DecomposeVectorNormPass,
@@ -139,6 +141,19 @@ def add_batch_dimension() -> Case:
 def convert_1d_ops_to_2d() -> Case:
     return _case(lambda m, x: F.max_pool1d(x, 3, 2, 1), [(1, 4, 16)], {aten.max_pool1d.default: 1},
                  {aten.max_pool1d.default: 0, aten.max_pool2d.default: 1})
+
+
+def convert_pools_to_2d() -> Case:
+    """A 3-D max pool with padding, dilation and ceil mode: the maximum over depth of the H x W maxima."""
+    return _case(lambda m, x: F.max_pool3d(x, (2, 3, 2), (1, 2, 2), (1, 1, 0), (2, 1, 2), True), [(1, 2, 7, 9, 11)],
+                 {aten.max_pool3d.default: 1, aten.max_pool2d.default: 0},
+                 {aten.max_pool3d.default: 0, aten.max_pool2d.default: 2})
+
+
+def decompose_median() -> Case:
+    """The median along a dim of 5 values is the last of the 3 smallest."""
+    return _case(lambda m, x: torch.median(x, 1, keepdim=True).values, [(3, 5, 4)],
+                 {aten.median.dim: 1, aten.topk.default: 0}, {aten.median.dim: 0, aten.topk.default: 1})
 
 
 def convert_addmm_to_linear() -> Case:
@@ -366,6 +381,7 @@ CASES: dict[type[PassBase], Callable[[], Case]] = {
     ConvertDivToMulPass: convert_div_to_mul,
     ConvertMatmulToBmmPass: convert_matmul_to_bmm,
     ConvertPadToCoreOpPass: convert_pad_to_core_op,
+    ConvertPoolsTo2dPass: convert_pools_to_2d,
     ConvertScalarOperandsToFloatPass: convert_scalar_operands_to_float,
     ConvertSplitToSlicesPass: convert_split_to_slices,
     ConvertStackToCatPass: convert_stack_to_cat,
@@ -373,6 +389,7 @@ CASES: dict[type[PassBase], Callable[[], Case]] = {
     DecomposeGeluPass: decompose_gelu,
     DecomposeHardsigmoidPass: decompose_hardsigmoid,
     DecomposeLayerNormPass: decompose_layer_norm,
+    DecomposeMedianPass: decompose_median,
     DecomposeSiluPass: decompose_silu,
     DecomposeSquarePass: decompose_square,
     DecomposeVectorNormPass: decompose_vector_norm,

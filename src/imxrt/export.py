@@ -9,6 +9,7 @@ from contextlib import contextmanager, redirect_stderr
 from io import StringIO
 
 import torch
+import torch.utils._pytree as pytree
 from torch._C import DispatchKey
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import ExportedProgram
@@ -38,6 +39,11 @@ def export(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], tra
         if isinstance(value, torch.Tensor) and any(not isinstance(d, int) for d in value.shape):
             raise BadModel("dynamic shapes are not supported: the NPU and the memory plan need static "
                            f"shapes (symbolic shape {tuple(value.shape)})", node=node.name)
+    for node in exported.graph.nodes:
+        if node.op == "call_function" and node.target in _WITHOUT_KERNEL:
+            raise BadModel(_WITHOUT_KERNEL[node.target](node), node=node.name)
+    signature = exported.module_call_graph[0].signature
+    signature.out_spec = _as_plain_tuples(signature.out_spec)
     return exported
 
 
@@ -49,6 +55,32 @@ def _advice(example_inputs: tuple[torch.Tensor, ...]) -> str:
             return (f"example input {index} is {x.dtype}, which the program takes as indices or a mask (for "
                     "embedding, index_select, masked_fill); give float32 data for anything else")
     return "remove data-dependent control flow or shapes from forward()"
+
+
+def _sort(node) -> str:
+    """sort: no kernel anywhere; ``torch.topk`` of every value (a portable kernel) gives the same values."""
+    x = node.args[0].meta["val"]
+    dim = int(node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else -1)) % max(x.dim(), 1)
+    descending = bool(node.kwargs.get("descending", node.args[2] if len(node.args) > 2 else False))
+    return ("sort has no kernel in the stock runtime (neither the NPU, CMSIS-NN nor ExecuTorch's portable "
+            "kernels); torch.topk has a portable kernel and gives the same values: write "
+            f"torch.topk(x, {x.shape[dim] if x.dim() else 1}, dim={dim}, largest={descending})")
+
+
+# Ops no kernel of the stock runtime runs, refused by name with what to write instead.
+_WITHOUT_KERNEL = {aten.sort.default: _sort, aten.sort.stable: _sort}
+
+
+def _as_plain_tuples(spec: pytree.TreeSpec) -> pytree.TreeSpec:
+    """The output structure with every named tuple a plain tuple: ``torch.max(x, dim)`` returns a
+    ``torch.return_types.max``, whose type the program's output description cannot name; the program returns
+    the same tensors in the same order (values, then indices)."""
+    if spec.is_leaf():
+        return spec
+    children = [_as_plain_tuples(child) for child in spec.children()]
+    if pytree.is_structseq_class(spec.type) or pytree.is_namedtuple_class(spec.type):
+        return pytree.TreeSpec(tuple, None, children)
+    return pytree.TreeSpec(spec.type, spec.context, children)
 
 
 def _export_without_partial_graph(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...]

@@ -101,7 +101,7 @@ def lower_program(exported_program: ExportedProgram, isa: Isa | str, placement_l
     _check_stock_kernels(graph)
     _convert_boundary_qdq(editor)
     graph.eliminate_dead_code()
-    assign_dim_orders(graph)
+    assign_dim_orders(graph, frozenset(n for n in graph.nodes if editor.tensor(n) is not None))
     canonicalize_strides(graph)
     editor.remove_dead_constants()
     editor.restride_constants()

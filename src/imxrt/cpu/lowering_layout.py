@@ -130,13 +130,18 @@ def canonicalize_strides(graph: Graph) -> None:
             node.meta["val"] = _with_order(value, CHANNELS_LAST)
 
 
-def assign_dim_orders(graph: Graph) -> int:
-    """Set every rank-4 value's dim order as decided above and insert the copies; returns how many."""
+def assign_dim_orders(graph: Graph, constants: frozenset[Node] = frozenset()) -> int:
+    """Set every rank-4 value's dim order as decided above and insert the copies; returns how many.
+    ``constants``: placeholders whose bytes are written at compile time; each is stored in the order its first
+    reader wants (a per-channel prelu's slopes channels_last beside a conv's output), not copied at run time."""
     spatial, agnostic = spatial_ops(), agnostic_ops()
     order: dict[Node, tuple[int, ...]] = {}
     copies: dict[tuple[Node, tuple[int, ...]], Node] = {}
 
     def converted(arg: Node, wanted: tuple[int, ...], consumer: Node) -> Node:
+        if arg in constants and arg not in order:
+            order[arg] = wanted
+            arg.meta["val"] = _with_order(arg.meta["val"], wanted)
         if order.get(arg, CONTIGUOUS) == wanted:
             return arg
         key = (arg, wanted)
@@ -150,7 +155,7 @@ def assign_dim_orders(graph: Graph) -> int:
         return copies[key]
 
     for node in list(graph.nodes):
-        if node.op == "placeholder" and _rank4(node):
+        if node.op == "placeholder" and _rank4(node) and node not in constants:
             order[node] = _input_order(node)
         if node.op not in ("call_function", "output") or node.target is memory.alloc or \
                 node.target is TO_DIM_ORDER_COPY:
@@ -159,7 +164,8 @@ def assign_dim_orders(graph: Graph) -> int:
         if node.target in spatial:
             wanted, produced = {node.args[0]: CHANNELS_LAST}, CHANNELS_LAST
         elif node.target in agnostic:
-            produced = CHANNELS_LAST if any(order.get(a) == CHANNELS_LAST for a in rank4_inputs) else CONTIGUOUS
+            produced = CHANNELS_LAST if any(order.get(a) == CHANNELS_LAST for a in rank4_inputs if a not in constants) \
+                else CONTIGUOUS
             wanted = {a: produced for a in rank4_inputs}
         elif _is_delegate_call(node):
             # a partition input of format flag 1 takes either order (the runtime transposes a contiguous one,

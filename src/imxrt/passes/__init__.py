@@ -12,6 +12,7 @@ from imxrt.passes.convert_conv1d_to_conv2d import ConvertConv1dToConv2dPass
 from imxrt.passes.convert_div_to_mul import ConvertDivToMulPass
 from imxrt.passes.convert_matmul_to_bmm import ConvertMatmulToBmmPass
 from imxrt.passes.convert_pad_to_core_op import ConvertPadToCoreOpPass
+from imxrt.passes.convert_pools_to_2d import ConvertPoolsTo2dPass
 from imxrt.passes.convert_scalar_operands_to_float import ConvertScalarOperandsToFloatPass
 from imxrt.passes.convert_split_to_slices import ConvertSplitToSlicesPass
 from imxrt.passes.convert_stack_to_cat import ConvertStackToCatPass
@@ -19,6 +20,7 @@ from imxrt.passes.decompose_attention import DecomposeAttentionPass
 from imxrt.passes.decompose_gelu import DecomposeGeluPass
 from imxrt.passes.decompose_hardsigmoid import DecomposeHardsigmoidPass
 from imxrt.passes.decompose_layer_norm import DecomposeLayerNormPass
+from imxrt.passes.decompose_median import DecomposeMedianPass
 from imxrt.passes.decompose_silu import DecomposeSiluPass
 from imxrt.passes.decompose_square import DecomposeSquarePass
 from imxrt.passes.decompose_vector_norm import DecomposeVectorNormPass
@@ -46,7 +48,8 @@ from imxrt.passes.unshare_parameters import UnshareParametersPass
 # it is a mul and an add no pass recognises);
 # the decompositions go before scalar operands become constants; F.pad becomes the core op of its mode before
 # the 1-D conversions, which turn a 1-D reflection pad into the 2-D one; the squeezes the 1-D conversions leave
-# sink right after them, so a 1-D net's activations and pools meet on rank-4 values; addmm goes before
+# sink right after them, so a 1-D net's activations and pools meet on rank-4 values (adaptive max and 3-D pools
+# become 2-D pools before that sinking too, an adaptive 1-D one leaving the same squeeze); addmm goes before
 # matmul, as its non-linear form is an mm of two activations; attention (SDPA) decomposes before matmuls
 # become bmm, and the batch views bmm leaves sink right after, so attention scores stay rank 3 (and a softmax
 # a bmm reads is rescaled to zero point 0 before its scalar 1 becomes a constant); parameters are
@@ -58,7 +61,8 @@ ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, FoldConstantsPass, Unr
                FoldHardsigmoidPass, FoldLayerNormAffinePass, DecomposeLayerNormPass, DecomposeVectorNormPass,
                DecomposeGeluPass,
                DecomposeHardsigmoidPass, DecomposeSiluPass, DecomposeSquarePass, ConvertPadToCoreOpPass,
-               ConvertConv1dToConv2dPass, Convert1dOpsTo2dPass, SinkSqueezePass, ConvertAddmmToLinearPass,
+               ConvertConv1dToConv2dPass, Convert1dOpsTo2dPass, ConvertPoolsTo2dPass, SinkSqueezePass,
+               DecomposeMedianPass, ConvertAddmmToLinearPass,
                DecomposeAttentionPass, ConvertMatmulToBmmPass, SinkBatchViewsPass, RescaleBatchMatmulOperandsPass,
                ConvertClampTensorPass, ConvertDivToMulPass, ConvertScalarOperandsToFloatPass,
                ConvertSplitToSlicesPass, ConvertStackToCatPass, UnshareParametersPass)

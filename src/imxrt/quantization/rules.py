@@ -150,8 +150,8 @@ def _row(rule: Rule, devices: frozenset[Device] = NPU_AND_CPU) -> OpQuantization
 
 # The NPU's ops are those Neutron has int8 kernels for, quantized as its converter needs; the CPU's those the
 # Cortex-M runs in int8, where every elementwise unary op is one 256-entry table lookup (so gelu is int8
-# too, and prelu with one slope). Bilinear upsampling has no CMSIS-NN kernel: on a CPU-only target it stays
-# float rather than carry Q/DQ pairs around a float op.
+# too, and prelu with one slope; one per channel is two tables, a mul and an add). Bilinear upsampling has no
+# CMSIS-NN kernel: on a CPU-only target it stays float rather than carry Q/DQ pairs around a float op.
 QUANTIZATION: dict[OpKey, OpQuantization] = {
     # weighted
     aten.conv2d.default: _row(Weighted()),

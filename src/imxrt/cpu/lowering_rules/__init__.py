@@ -60,6 +60,8 @@ _TABLE: list[tuple[object, CpuKernel]] = [
     # comparisons with a constant: the portable kernel on int8 values, an integer threshold
     *((op, CpuKernel(_PORTABLE, elementwise.lower_compare)) for op in (
         edge.gt.Scalar, edge.ge.Scalar, edge.lt.Scalar, edge.le.Scalar)),
+    (edge.prelu.default, CpuKernel(f"{_LUT} (one slope); two of them, quantized_mul and quantized_add (a slope "
+                                   "per channel)", elementwise.lower_prelu)),
     # activations and unary math: lookup tables
     *((op, CpuKernel(_LUT, elementwise.lower_lut(build))) for op, build in elementwise.LUTS.items()),
     # pooling and reductions

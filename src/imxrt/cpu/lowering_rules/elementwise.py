@@ -163,9 +163,11 @@ def lower_min_max(name: str) -> Callable[[Rewrite], Node]:
 
 # --- unary activations as lookup tables ----------------------------------------------------------------------
 
-def _activation(rw: Rewrite, x_dq: Node, table: np.ndarray) -> Node:
+def _activation(rw: Rewrite, x_dq: Node, table: np.ndarray, val: torch.Tensor | None = None, name: str = "lut"
+                ) -> Node:
+    """``val`` and ``name``: an intermediate table of a cluster lowered to several kernels, its own constant."""
     lut = torch.from_numpy(np.asarray(table).astype(np.int8).copy())
-    return rw.emit(cortex_m("quantized_activation"), (rw.int8(x_dq), rw.constant("lut", lut)))
+    return rw.emit(cortex_m("quantized_activation"), (rw.int8(x_dq), rw.constant(name, lut)), val=val)
 
 
 def lower_lut(build: Callable[[Rewrite, QParams, QParams], activations.Lut]) -> Callable[[Rewrite], Node]:
@@ -219,17 +221,64 @@ def _q4_lut(table: Callable[[float, int], activations.Lut]) -> Callable[[Rewrite
 
 
 def _prelu_lut(rw: Rewrite, q_in: QParams, out: QParams) -> activations.Lut:
-    """prelu with one slope (``nn.PReLU()``): TFLM's PRELU arithmetic, as on the NPU, run on every int8 input.
-    One slope per channel needs a table per channel: that prelu stays on its float path."""
+    """prelu with one slope (``nn.PReLU()``): TFLM's PRELU arithmetic, as on the NPU, run on every int8 input."""
     alpha_dq = rw.anchor.args[1]
-    alpha = rw.editor.tensor(rw.int8(alpha_dq))
-    if alpha is None or alpha.numel() != 1:
-        raise NotLowered("prelu with a slope per channel: one table takes one slope (nn.PReLU() has one)")
     q_alpha = rw.qparams(alpha_dq)
     params = elementwise.prepare_prelu(q_in.scale, q_in.zero_point, q_alpha.scale, q_alpha.zero_point,
                                        out.scale, out.zero_point)
     values = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.int8)
+    alpha = rw.editor.tensor(rw.int8(alpha_dq))
     return activations.Lut(elementwise.prelu(values, alpha.numpy().reshape(()), params))
+
+
+def lower_prelu(rw: Rewrite) -> Node:
+    """prelu with one slope (``nn.PReLU()``) -> one ``quantized_activation`` table of TFLM's PRELU arithmetic;
+    with a slope per channel -> two tables, quantized_mul and quantized_add, whose result is TFLM's PRELU
+    (``_per_channel_prelu``)."""
+    x_dq, alpha_dq = rw.anchor.args[:2]
+    alpha = rw.editor.tensor(rw.int8(alpha_dq))
+    if alpha is None:
+        raise NotLowered("the slopes are not a constant int8 tensor")
+    if alpha.numel() == 1:
+        return lower_lut(_prelu_lut)(rw)
+    return _per_channel_prelu(rw, x_dq, alpha_dq, alpha)
+
+
+def _per_channel_prelu(rw: Rewrite, x_dq: Node, alpha_dq: Node, alpha: torch.Tensor) -> Node:
+    """TFLM's PRELU composed exactly from four stock kernels: with c = q - zp_in,
+
+        n = quantized_activation(x, lut[q] = min(q, zp_in))          c⁻ = n - zp_in = min(c, 0)
+        N = quantized_mul(n, zp_in, alpha, zp_alpha, zp_out, M2)     MBQM(c⁻ (a - zp_alpha), M2) + zp_out
+        P = quantized_activation(x, lut[q] = MBQM(max(c, 0), M1) + zp_out)
+        y = quantized_add(P, zp_out, N, zp_out -> zp_out)            (P - zp_out) + (N - zp_out) + zp_out
+
+    (M1 = s_in / s_out, M2 = s_in s_alpha / s_out, each result clamped to int8). TFLM's PRELU gives
+    MBQM(c, M1) + zp_out for c >= 0 and MBQM(c (a - zp_alpha), M2) + zp_out for c < 0, clamped. For c >= 0,
+    N = zp_out (MBQM(0) = 0) and P is TFLM's value; for c < 0, P = zp_out and N is TFLM's value. The add of
+    three equal scales is exact on integers (TFLite's ADD scaling: each input times 2^20 / 2, the sum times
+    2 / 2^20, all powers of two), so y = P + N - zp_out, TFLM's value. The slopes are one constant of the
+    output's shape: the stock elementwise kernels take operands of one shape."""
+    q_in, q_alpha, out = rw.qparams(x_dq), rw.qparams(alpha_dq), rw.output_qparams()
+    p = elementwise.prepare_prelu(q_in.scale, q_in.zero_point, q_alpha.scale, q_alpha.zero_point, out.scale,
+                                  out.zero_point)
+    values = np.arange(INT8_MIN, INT8_MAX + 1, dtype=np.int64)
+    shape = shape_of(x_dq)
+    per_channel = [1] * len(shape)
+    per_channel[1 if len(shape) > 1 else 0] = alpha.numel()
+    slopes = rw.constant("slopes", alpha.reshape(per_channel).expand(shape))  # stored in its reader's dim order
+    negative_part = _activation(rw, x_dq, np.minimum(values, q_in.zero_point), rw.like(shape), "negative_lut")
+    negative = rw.emit(cortex_m("quantized_mul"), (negative_part, q_in.zero_point, slopes, q_alpha.zero_point,
+                                                   out.zero_point, p.alpha_multiplier, p.alpha_shift),
+                       val=rw.like(shape))
+    # TFLM's PRELU itself on max(q, zp_in), where c >= 0 and the slope is not read
+    positive_table = elementwise.prelu(np.maximum(values, q_in.zero_point).astype(np.int8), np.zeros(1, np.int8), p)
+    positive = _activation(rw, x_dq, positive_table, rw.like(shape), "positive_lut")
+    a = elementwise.prepare_add(out.scale, out.zero_point, out.scale, out.zero_point, out.scale, out.zero_point,
+                                *rw.activation_range(out))
+    args = (positive, a.input1_zero_point, a.input1_multiplier, a.input1_shift, negative, a.input2_zero_point,
+            a.input2_multiplier, a.input2_shift, a.output_zero_point, a.output_multiplier, a.output_shift,
+            a.act_min, a.act_max)
+    return rw.emit(cortex_m("quantized_add"), args)
 
 
 LUTS: dict[object, Callable[[Rewrite, QParams, QParams], activations.Lut]] = {
@@ -245,7 +294,6 @@ LUTS: dict[object, Callable[[Rewrite, QParams, QParams], activations.Lut]] = {
     edge.relu.default: _relu_lut,
     edge.hardtanh.default: _relu_lut,
     edge.clamp.default: _relu_lut,
-    edge.prelu.default: _prelu_lut,
 }
 
 

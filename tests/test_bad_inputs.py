@@ -91,6 +91,26 @@ def test_api_refuses_non_finite_weights_and_example_inputs_before_export(monkeyp
         imxrt.compile(torch.nn.Bilinear(4, 4, 2), (torch.ones(1, 4), torch.tensor([[1.0, np.inf, -np.inf, 0.0]])))
 
 
+class _MeanIn(torch.nn.Module):
+    """ExecuTorch's backend suite: ``x.mean(dtype=...)`` of a float32 input."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.dtype = dtype
+
+    def forward(self, x):
+        return x.mean(dim=1, dtype=self.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16], ids=str)
+def test_a_node_computing_in_another_float_dtype_is_refused_at_export_naming_it(dtype):
+    """A float64 (or float16) tensor inside the model was an internal error in the quantizer; it is a data type no
+    int8 program carries, refused naming the node."""
+    with pytest.raises(BadModel, match=rf"node mean: .*makes a {dtype} tensor.*compute in float32"):
+        imxrt.compile(_MeanIn(dtype), (torch.randn(5, 10),), "imxrt700-cpu",
+                      options=imxrt.CompileOptions(show_progress=False))
+
+
 @pytest.mark.parametrize("value, words", [("float('nan')", "calibration sample 2, input 1 holds 1 NaN"),
                                           ("float('inf')", "calibration sample 2, input 1 holds 1 Inf")],
                          ids=["nan", "inf"])

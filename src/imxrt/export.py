@@ -42,6 +42,13 @@ def export(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], tra
     for node in exported.graph.nodes:
         if node.op == "call_function" and node.target in _WITHOUT_KERNEL:
             raise BadModel(_WITHOUT_KERNEL[node.target](node), node=node.name)
+        value = node.meta.get("val")
+        if node.op == "call_function" and isinstance(value, torch.Tensor) and value.dtype.is_floating_point \
+                and value.dtype != torch.float32:
+            raise BadModel(f"{node.target} makes a {value.dtype} tensor; an int8 program carries int8, float32 and "
+                           "index tensors (neither the NPU, CMSIS-NN nor the stock runtime's kernels compute in "
+                           f"{value.dtype}): compute in float32 (drop the dtype= argument or the cast)",
+                           node=node.name)
     signature = exported.module_call_graph[0].signature
     signature.out_spec = _as_plain_tuples(signature.out_spec)
     return exported

@@ -81,7 +81,7 @@ def _operand_scale_ratios(quantized) -> list[float]:
 
 def _outputs(function, inputs: Sequence[torch.Tensor]) -> tuple:
     with torch.no_grad():
-        outputs = function(*[t.clone() for t in inputs])
+        outputs = function(*torch.utils._pytree.tree_map(torch.clone, tuple(inputs)))
     return tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
 
 
@@ -104,7 +104,8 @@ class _AsDeployed(torch.fx.Interpreter):
 def _quantized_outputs(result, inputs: Sequence[torch.Tensor]) -> tuple:
     module = result.quantized.module()
     with torch.no_grad():
-        outputs = _AsDeployed(module).run(*[t.clone() for t in inputs])
+        # the graph's placeholders: the inputs flattened (an argument may be a tuple of tensors)
+        outputs = _AsDeployed(module).run(*[t.clone() for t in torch.utils._pytree.tree_leaves(tuple(inputs))])
     return tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
 
 

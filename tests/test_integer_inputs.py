@@ -184,14 +184,30 @@ def test_index_put_that_accumulates_stays_float_and_says_why():
     program_checks.assert_pte_matches_quantized(result, samples[1])
 
 
-def test_a_tuple_of_index_tensors_is_refused_saying_to_pass_each_tensor():
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_tuple_of_index_tensors_is_the_programs_inputs_in_order(target):
+    """ExecuTorch's backend suite passes index_put's indices as one tuple argument: the program takes its tensors
+    as inputs of their own, in order (as torch.export flattens them), and the host runtime takes the tuple too."""
     class IndexPutTuple(nn.Module):
         def forward(self, x, indices, values):
             return torch.index_put(x, indices, values)
 
-    inputs = (torch.randn(5, 2), (torch.tensor([0, 2]),), torch.randn(2))
-    with pytest.raises(BadModel, match=r"example input 1 is a tuple of 1, not a tensor.*its own forward\(\) argument"):
-        compile(IndexPutTuple(), inputs, "imxrt700-cpu", options=CompileOptions(show_progress=False))
+    generator = torch.Generator().manual_seed(0)
+    samples = [(torch.randn(5, 3, generator=generator), (_rows(5)(generator), _rows(3)(generator)),
+                torch.randn(2, generator=generator)) for _ in range(3)]
+    result = compile(IndexPutTuple().eval(), samples[0], target, samples, CompileOptions(show_progress=False))
+    assert [info["dtype"] for info in result.io["inputs"]] == ["float32", "int64", "int64", "float32"]
+    assert result.report["summary"]["ops_cpu_float"] == 0
+    program_checks.check_case(result, samples[2], IndexPutTuple())
+    flat = [samples[2][0], *samples[2][1], samples[2][2]]
+    assert all(np.array_equal(a, b) for a, b in zip(imxrt.runtime.load(result.pte).forward(*flat),
+                                                    imxrt.runtime.load(result.pte).forward(*samples[2]), strict=True))
+
+
+def test_a_tuple_holding_a_number_is_refused_naming_it():
+    with pytest.raises(BadModel, match=r"example input 1 is a tuple of 2 that is not all tensors"):
+        compile(nn.Identity(), (torch.randn(2), (torch.tensor([0]), 3)), "imxrt700-cpu",
+                options=CompileOptions(show_progress=False))
 
 
 @pytest.fixture(scope="module")

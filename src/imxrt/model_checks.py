@@ -101,7 +101,8 @@ INDEX_DTYPES = (torch.int64, torch.int32, torch.bool)
 
 def check_example_inputs(example_inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
     """A non-empty tuple of tensors: finite float32 data, or integer indices / boolean masks (``INDEX_DTYPES``),
-    which the program takes unquantized."""
+    which the program takes unquantized. An argument may be a tuple or list of tensors (``index_put``'s indices):
+    the program takes its tensors as inputs of their own, in order (as ``torch.export`` flattens them)."""
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     example_inputs = tuple(example_inputs)
@@ -109,22 +110,35 @@ def check_example_inputs(example_inputs: Sequence[torch.Tensor]) -> tuple[torch.
         raise BadModel("example inputs must be a non-empty tuple of tensors")
     for index, value in enumerate(example_inputs):
         if isinstance(value, (tuple, list)):
-            raise BadModel(f"example input {index} is a {type(value).__name__} of {len(value)}, not a tensor: a "
-                           "program's inputs are tensors; take each tensor as its own forward() argument (index "
-                           "tensors for index_put too) and build the tuple inside forward()")
+            if not value or not all(isinstance(item, torch.Tensor) for item in value):
+                raise BadModel(f"example input {index} is a {type(value).__name__} of {len(value)} that is not all "
+                               "tensors: a program's inputs are tensors; give a tuple of tensors, or make the other "
+                               "values constants of the model")
+            continue
         if not isinstance(value, torch.Tensor):
             raise BadModel(f"example input {index} is a {type(value).__name__}, not a tensor: a program's inputs "
                            "are tensors; make a Python number a constant of the model, or pass it as a tensor")
-    for index, x in enumerate(example_inputs):
+    for name, x in _named_tensors(example_inputs):
         if x.dtype in INDEX_DTYPES:
             continue  # token indices or a mask: the program takes them as they are
         if not x.dtype.is_floating_point:
-            raise BadModel(f"example input {index} is {x.dtype}; give the float model and float inputs, "
+            raise BadModel(f"example input {name} is {x.dtype}; give the float model and float inputs, "
                            "imxrt quantizes them itself (integer indices are int64 or int32, masks bool)")
         if x.dtype != torch.float32:
-            raise BadModel(f"example input {index} is {x.dtype}; imxrt quantizes float32 models: pass "
+            raise BadModel(f"example input {name} is {x.dtype}; imxrt quantizes float32 models: pass "
                            "float32 inputs (x.float()) and a float32 model (model.float())")
         found = non_finite(x)
         if found:  # they calibrate when no calibration data is given, and trace forward()
-            raise BadModel(f"example input {index} holds {found}; give finite example inputs")
+            raise BadModel(f"example input {name} holds {found}; give finite example inputs")
     return example_inputs
+
+
+def _named_tensors(example_inputs: tuple) -> list[tuple[str, torch.Tensor]]:
+    """Each tensor of the example inputs with how messages name it: ``0``, or ``1[2]`` inside a tuple."""
+    named = []
+    for index, value in enumerate(example_inputs):
+        if isinstance(value, (tuple, list)):
+            named.extend((f"{index}[{item}]", x) for item, x in enumerate(value))
+        else:
+            named.append((str(index), value))
+    return named

@@ -37,7 +37,9 @@ class Program:
 
     def forward(self, *inputs: np.ndarray | torch.Tensor) -> list[np.ndarray]:
         """Run the program once on ``inputs`` (in the program's order); its outputs as numpy arrays. NaN or
-        Inf in a float input is run, with a warning naming the input."""
+        Inf in a float input is run, with a warning naming the input. An argument that is a tuple or list of
+        arrays (the model's ``forward`` took one) stands for its arrays in order, as the program takes them."""
+        inputs = tuple(_flat(inputs))
         warn_non_finite(inputs)
         try:
             return self._interpreter.run(inputs)
@@ -51,6 +53,14 @@ class Program:
     def signature(self) -> str:
         """The inputs the program takes, e.g. ``shape (1, 3, 96, 96) float32``."""
         return self._interpreter.signature()
+
+
+def _flat(inputs):
+    for value in inputs:
+        if isinstance(value, (tuple, list)):
+            yield from _flat(value)
+        else:
+            yield value
 
 
 def load(source: bytes | bytearray | str | os.PathLike | ProgramFile, check_plan: bool = False,

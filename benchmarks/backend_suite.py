@@ -53,8 +53,9 @@ PEER_FLOWS = {"nxp": "nxp_neutron_imxrt700_int8_ptq", "xnnpack": "xnnpack_static
 SUITES = {"operators": 120.0, "models": 1200.0}  # the suite's own time limit per test (conftest)
 SEED = 0  # the suite's run seed: each case's inputs are seeded by its name plus this
 # What each result becomes in the table, in its column order.
-COLUMNS = ("pass", "wrong output", "refused at quantize", "refused at lower", "run failed", "internal error",
-           "timeout or crash", "skipped by the suite")
+# "not run": the suite passes a case with nothing delegated without running it (imxrt's flows run every case).
+COLUMNS = ("pass", "not run (nothing delegated)", "wrong output", "refused at quantize", "refused at lower",
+           "run failed", "internal error", "timeout or crash", "skipped by the suite")
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,8 @@ def _subtest_record(case: Case, flow_key: str, summary, npu_delegates: int | Non
     # Ours: an ImxrtError other than CompilerBug is a refusal that says why; anything else is our bug.
     refused = not ours or (isinstance(error, ImxrtError) and not isinstance(error, CompilerBug))
     outcome = {
-        TestResult.SUCCESS: "pass", TestResult.SUCCESS_UNDELEGATED: "pass", TestResult.SKIPPED: "skipped by the suite",
+        TestResult.SUCCESS: "pass", TestResult.SUCCESS_UNDELEGATED: "not run (nothing delegated)",
+        TestResult.SKIPPED: "skipped by the suite",
         TestResult.OUTPUT_MISMATCH_FAIL: "wrong output",
         TestResult.QUANTIZE_FAIL: "refused at quantize" if refused else "internal error",
         TestResult.LOWER_FAIL: "refused at lower" if refused else "internal error",
@@ -316,7 +318,8 @@ def not_passed(results: list[dict], flow_key: str) -> list[str]:
     """What did not pass, one line per (outcome, reason) with its count and the test modules it came from."""
     groups: dict[tuple[str, str], list[str]] = {}
     for r in results:
-        if r["flow"] == flow_key and r["outcome"] not in ("pass", "skipped by the suite"):
+        if r["flow"] == flow_key and r["outcome"] not in ("pass", "not run (nothing delegated)",
+                                                          "skipped by the suite"):
             groups.setdefault((r["outcome"], r["message"]), []).append(r["case"].split("::")[0].split("/")[-1])
     return [f"  {len(modules):>3} {outcome}: {message} ({', '.join(sorted(set(modules)))})"
             for (outcome, message), modules in sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))]

@@ -320,7 +320,8 @@ def not_passed(results: list[dict], flow_key: str) -> list[str]:
     for r in results:
         if r["flow"] == flow_key and r["outcome"] not in ("pass", "not run (nothing delegated)",
                                                           "skipped by the suite"):
-            groups.setdefault((r["outcome"], r["message"]), []).append(r["case"].split("::")[0].split("/")[-1])
+            reason = re.sub(r"\(\d[\d, ]*\)|\d+x\d+(x\d+)?", "...", r["message"])  # shapes: one line per reason
+            groups.setdefault((r["outcome"], reason), []).append(r["case"].split("::")[0].split("/")[-1])
     return [f"  {len(modules):>3} {outcome}: {message} ({', '.join(sorted(set(modules)))})"
             for (outcome, message), modules in sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))]
 

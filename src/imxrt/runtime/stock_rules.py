@@ -207,13 +207,9 @@ def _max_pool_dtype(args: dict) -> str | None:
     return _one_dtype(args, ("self", "out"), _REALHBF16)
 
 
+# 3-D pools never reach a kernel: ConvertPoolsTo2dPass splits them into 2-D pools or refuses them at export.
 _NO_3D_POOL = "neither Neutron nor CMSIS-NN has a 3-D pool either: pool over 2-D views of the input"
 
-
-def _pool_2d_only(args: dict) -> str | None:
-    """the stock runtime's pool kernels are 2-D (avg_pool2d, max_pool2d_with_indices, _adaptive_avg_pool2d): it
-    has no 3-D pool kernel"""
-    return f"a 3-D pool of a {_tensor(args['self'])} input"
 
 # upsample_{bilinear,nearest}2d.vec_out: check_upsample_2d_common_args (upsample_util.cpp).
 
@@ -296,10 +292,6 @@ STOCK_RULES: dict[str, tuple[StockRule, ...]] = {
                                        StockRule(_adaptive_pool_output_size), StockRule(_pool_input_contiguous)),
     "aten::max_pool2d_with_indices.out": (StockRule(_max_pool_dtype), StockRule(_pool_rank, _NO_3D_POOL),
                                           StockRule(_pool_window)),
-    # Not kernels of the stock runtime (the allowlist refuses their names): a float 3-D pool left on the CPU is
-    # refused at lowering by this rule, naming its node.
-    **{name: (StockRule(_pool_2d_only, _NO_3D_POOL),) for name in (
-        "aten::avg_pool3d.out", "aten::max_pool3d_with_indices.out", "aten::_adaptive_avg_pool3d.out")},
     "aten::upsample_bilinear2d.vec_out": (StockRule(_upsample_dtype), StockRule(_upsample_rank),
                                           StockRule(_upsample_size)),
     "aten::upsample_nearest2d.vec_out": (StockRule(_upsample_dtype), StockRule(_upsample_rank),

@@ -39,7 +39,8 @@ class Program:
         """Run the program once on ``inputs`` (in the program's order); its outputs as numpy arrays. NaN or
         Inf in a float input is run, with a warning naming the input. An argument that is a tuple or list of
         arrays (the model's ``forward`` took one) stands for its arrays in order, as the program takes them."""
-        inputs = tuple(_flat(inputs))
+        if any(isinstance(value, (tuple, list)) for value in inputs):
+            inputs = tuple(_flat(inputs))
         warn_non_finite(inputs)
         try:
             return self._interpreter.run(inputs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections.abc import Callable
 
 import torch
@@ -100,6 +101,24 @@ def shape_of(node: object) -> list[int] | None:
     """The shape of a node's tensor value, or None when ``node`` is not a node holding one."""
     value = node.meta.get("val") if isinstance(node, Node) else None
     return list(value.shape) if isinstance(value, torch.Tensor) else None
+
+
+def result_read(node: Node, index: int) -> bool:
+    """Whether output ``index`` of a node returning a tuple (read by ``getitem``) has a reader."""
+    return any(user.target is operator.getitem and user.args[1] == index and user.users for user in node.users)
+
+
+def replace_results(gm: GraphModule, node: Node, *results: Node | None) -> None:
+    """Point the readers of ``node`` at ``results`` and erase it: a tensor's readers at the first, each read
+    ``getitem`` of a tuple at the result of its index (an unread one, the indices mostly, is only erased)."""
+    if isinstance(node.meta.get("val"), (tuple, list)):
+        for user in list(node.users):
+            if user.users:
+                user.replace_all_uses_with(results[user.args[1]])
+            gm.graph.erase_node(user)
+    else:
+        node.replace_all_uses_with(results[0])
+    gm.graph.erase_node(node)
 
 
 def rewrite_to_fixpoint(gm: GraphModule, rewrite_one: Callable[[GraphModule], bool]) -> PassResult:

@@ -33,7 +33,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from imxrt.errors import BadModel
-from imxrt.passes._graph import arguments_by_name, call, finish
+from imxrt.passes._graph import arguments_by_name, call, finish, replace_results, result_read
 
 aten = torch.ops.aten
 
@@ -55,22 +55,6 @@ def _shape(node: Node) -> list[int]:
     return list((value[0] if isinstance(value, (tuple, list)) else value).shape)
 
 
-def _indices_read(node: Node) -> bool:
-    return any(u.target is operator.getitem and u.args[1] == 1 and u.users for u in node.users)
-
-
-def _replace_values(gm: GraphModule, node: Node, values: Node, indices: Node | None = None) -> None:
-    """Point the readers of ``node`` (a tensor, or a (values, indices) pair read by getitems) at the new ones."""
-    if isinstance(node.meta["val"], (tuple, list)):
-        for user in list(node.users):
-            if user.users:  # an unread getitem (the indices, mostly) is only erased
-                user.replace_all_uses_with(values if user.args[1] == 0 else indices)
-            gm.graph.erase_node(user)
-    else:
-        node.replace_all_uses_with(values)
-    gm.graph.erase_node(node)
-
-
 def _adaptive_max_pool(gm: GraphModule, node: Node) -> None:
     """adaptive_max_poolNd with an output size dividing its input -> the max pool with those fixed windows
     (a 1-D one over a height of 1, a 3-D one as ``_max_pool_3d``)."""
@@ -85,11 +69,11 @@ def _adaptive_max_pool(gm: GraphModule, node: Node) -> None:
                        f"portable) pools adaptive windows; an output size that divides the input ({divisors}) "
                        "is a max pool with fixed windows and compiles", node=node.name)
     kernel = [i // o for i, o in zip(in_sizes, out_sizes, strict=True)]
-    read = _indices_read(node)
+    read = result_read(node, 1)
     if rank == 3:
         if read:
             _refuse_3d_indices(node, name)
-        _replace_values(gm, node, _max_pool_3d(gm, node, x, kernel, kernel, [0] * 3, [1] * 3, False))
+        replace_results(gm, node, _max_pool_3d(gm, node, x, kernel, kernel, [0] * 3, [1] * 3, False))
         return
     added = []  # the dims a [C, ...] input without its batch and a 1-D pool's height of 1 add
     if len(_shape(x)) == rank + 1:
@@ -104,7 +88,7 @@ def _adaptive_max_pool(gm: GraphModule, node: Node) -> None:
     if added:
         values = call(gm, aten.squeeze.dims, (values, added), like=node)
         indices = indices and call(gm, aten.squeeze.dims, (indices, added), like=node)
-    _replace_values(gm, node, values, indices)
+    replace_results(gm, node, values, indices)
 
 
 def _dividing_sizes(in_sizes: list[int], out_sizes: list[int]) -> list[list[int]]:
@@ -156,12 +140,12 @@ def _max_pool_3d(gm: GraphModule, node: Node, x: Node, kernel, stride, padding, 
 
 def _max_pool_3d_node(gm: GraphModule, node: Node) -> None:
     a = arguments_by_name(node)
-    if _indices_read(node):
+    if result_read(node, 1):
         _refuse_3d_indices(node, "max_pool3d")
     kernel = _sizes(a["kernel_size"], 3)
     y = _max_pool_3d(gm, node, node.args[0], kernel, _sizes(a.get("stride"), 3, kernel), _sizes(a.get("padding"), 3),
                      _sizes(a.get("dilation"), 3, [1] * 3), bool(a.get("ceil_mode", False)))
-    _replace_values(gm, node, y)
+    replace_results(gm, node, y)
 
 
 def _avg_pool_3d_node(gm: GraphModule, node: Node) -> None:
@@ -184,7 +168,7 @@ def _avg_pool_3d_node(gm: GraphModule, node: Node) -> None:
 
     trivial = [k == 1 and s == 1 and p == 0 for k, s, p in zip(kernel, stride, padding, strict=True)]
     y = _stages(gm, node, node.args[0], None if trivial[1] and trivial[2] else plane, None if trivial[0] else depth)
-    _replace_values(gm, node, y)
+    replace_results(gm, node, y)
 
 
 def _adaptive_avg_pool_3d_node(gm: GraphModule, node: Node) -> None:
@@ -199,7 +183,7 @@ def _adaptive_avg_pool_3d_node(gm: GraphModule, node: Node) -> None:
 
     y = _stages(gm, node, x, None if (h_in, w_in) == (h_out, w_out) else plane,
                 None if depth_in == depth_out else depth)
-    _replace_values(gm, node, y)
+    replace_results(gm, node, y)
 
 
 _REWRITES = {

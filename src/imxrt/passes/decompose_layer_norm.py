@@ -36,7 +36,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
-from imxrt.passes._graph import add_constant, arguments_by_name, call, finish
+from imxrt.passes._graph import add_constant, arguments_by_name, call, finish, replace_results
 
 aten = torch.ops.aten
 
@@ -78,17 +78,11 @@ class DecomposeLayerNormPass(PassBase):
                 continue
             if node.target == aten.layer_norm.default:
                 x, shape, weight, bias, eps = _layer_norm_arguments(node)
-                node.replace_all_uses_with(decompose(gm, node, x, shape, weight, bias, eps))
-                gm.graph.erase_node(node)
+                replace_results(gm, node, decompose(gm, node, x, shape, weight, bias, eps))
                 modified = True
             elif node.target == aten.native_layer_norm.default and _only_output_used(node):
                 x, shape, weight, bias, eps = node.args
-                out = decompose(gm, node, x, shape, weight, bias, eps)
-                for user in list(node.users):
-                    if user.args[1] == 0:
-                        user.replace_all_uses_with(out)
-                    gm.graph.erase_node(user)
-                gm.graph.erase_node(node)
+                replace_results(gm, node, decompose(gm, node, x, shape, weight, bias, eps))
                 modified = True
         return PassResult(finish(gm) if modified else gm, modified)
 

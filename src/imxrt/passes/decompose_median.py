@@ -19,7 +19,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassBase, PassResult
 
 from imxrt.errors import BadModel
-from imxrt.passes._graph import call, finish
+from imxrt.passes._graph import call, finish, replace_results, result_read
 
 aten = torch.ops.aten
 
@@ -42,7 +42,7 @@ def _median_dim(gm: GraphModule, node: Node) -> Node:
     shape = list(x.meta["val"].shape)
     dim = int(node.args[1]) % max(len(shape), 1)
     keepdim = bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
-    if any(u.target is operator.getitem and u.args[1] == 1 and u.users for u in node.users):
+    if result_read(node, 1):
         raise BadModel("median with its indices: no kernel of the stock runtime (NPU, CMSIS-NN or portable) "
                        "computes a median, and the topk that gives its values picks another index among equal "
                        "values; use the values only (torch.median(x, dim).values) and it compiles", node=node.name)
@@ -64,14 +64,6 @@ class DecomposeMedianPass(PassBase):
             if node.op != "call_function" or node.target not in (aten.median.default, aten.median.dim):
                 continue
             with gm.graph.inserting_before(node):
-                if node.target == aten.median.default:
-                    node.replace_all_uses_with(_median(gm, node))
-                else:
-                    values = _median_dim(gm, node)
-                    for user in list(node.users):
-                        if user.args[1] == 0:
-                            user.replace_all_uses_with(values)
-                        gm.graph.erase_node(user)
-            gm.graph.erase_node(node)
+                replace_results(gm, node, (_median if node.target == aten.median.default else _median_dim)(gm, node))
             modified = True
         return PassResult(finish(gm) if modified else gm, modified)

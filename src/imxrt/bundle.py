@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from imxrt.errors import BadFile
+from imxrt.model_checks import INDEX_DTYPE_NAMES
 from imxrt.pte.read_cost import BYTES, NUMBERS, SCALARS, STRING, TABLES, U32, UNION, Prices, ReadCost, Table
 from imxrt.pte.reader import ProgramFile, check_cap, read_program
 
@@ -81,7 +82,7 @@ def _as_input(value: torch.Tensor, info: dict) -> torch.Tensor:
 
 
 def _random_input(info: dict, generator: torch.Generator) -> torch.Tensor:
-    if info["dtype"] in ("int64", "int32", "bool"):  # indices and masks: all 0 (False), the one value every
+    if info["dtype"] in INDEX_DTYPE_NAMES:  # indices and masks: all 0 (False), the one value every
         return torch.zeros(info["shape"], dtype=_DTYPES[info["dtype"]])  # table has; samples give real ones
     codes = torch.randint(INT8_MIN, INT8_MAX + 1, info["shape"], generator=generator, dtype=torch.int32)
     if info["dtype"] == "int8":

@@ -97,6 +97,7 @@ def check_inputs(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor])
 
 # Inputs that are not data to quantize: indices (an embedding's tokens, index_select's rows) and boolean masks.
 INDEX_DTYPES = (torch.int64, torch.int32, torch.bool)
+INDEX_DTYPE_NAMES = tuple(str(d).removeprefix("torch.") for d in INDEX_DTYPES)  # as report.json's io says
 
 
 def check_example_inputs(example_inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:

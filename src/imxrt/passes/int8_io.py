@@ -19,6 +19,7 @@ from torch.export.graph_signature import InputKind, TensorArgument
 from torch.fx import Node
 
 from imxrt.errors import BadModel
+from imxrt.passes.qdq import is_index_tensor
 
 IO_CHOICES = ("float", "int8")
 _QPARAMS = "io_qparams"  # node meta: (scale, zero_point) of the conversion at this boundary
@@ -56,8 +57,7 @@ def make_io_int8(program: ExportedProgram) -> None:
     graph = program.graph
     erased: list[str] = []
     for placeholder in _user_inputs(program):
-        value = placeholder.meta.get("val")
-        if isinstance(value, torch.Tensor) and not value.dtype.is_floating_point:
+        if is_index_tensor(placeholder):
             continue  # indices or a mask: never quantized, the program's input as it is
         users = list(placeholder.users)
         if not users or any(u.target != _quantize() for u in users) or \

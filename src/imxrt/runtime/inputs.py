@@ -19,12 +19,12 @@ import torch
 
 from imxrt.errors import BadFile, BadInput
 from imxrt.files import open_regular
+from imxrt.model_checks import INDEX_DTYPE_NAMES
 from imxrt.pte.reader import HOST_MEMORY_CAP
 
 log = logging.getLogger("imxrt")
 
 INT8_MIN, INT8_MAX = -128, 127
-_INDEX_DTYPES = ("int64", "int32", "bool")  # inputs never quantized (``model_checks.INDEX_DTYPES``)
 
 
 def quantize_input(array: np.ndarray, scale: float, zero_point: int, name: str) -> np.ndarray:
@@ -49,7 +49,7 @@ def quantize_inputs(arrays: Sequence[np.ndarray], described: Sequence[dict]) -> 
     result = []
     for position, (array, info) in enumerate(zip(arrays, described, strict=True)):
         name = f"{position} ({info['name']})"
-        if info["dtype"] not in ("int8", *_INDEX_DTYPES):  # indices and masks are inputs as they are
+        if info["dtype"] not in ("int8", *INDEX_DTYPE_NAMES):  # indices and masks are inputs as they are
             log.warning("input %s: the program takes %s, not int8: --quantize-inputs leaves it as given (a float "
                         "input is quantized by the program itself)", name, info["dtype"])
         if info["dtype"] != "int8" or not np.issubdtype(np.asarray(array).dtype, np.floating):

@@ -32,9 +32,7 @@ def check_stock_kernels(program: ExecutorchProgramManager) -> None:
         for node, _owner, _calls in walk(program.exported_program(name).graph_module):
             refused = stock_rules.node_refusal(node)
             if refused is not None:
-                kernel, refusal = refused
-                raise BadModel(f"{kernel} would run on the CPU, where {refusal}",
-                               node=node.meta.get(EDGE_NAME, node.name))
+                raise BadModel(refused, node=node.meta.get(EDGE_NAME, node.name))
 
 
 def serialize(edge: EdgeProgramManager, memory_planner: ImxrtMemoryPlanner | None = None) -> bytes:

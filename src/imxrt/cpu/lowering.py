@@ -117,8 +117,7 @@ def _check_stock_kernels(graph: torch.fx.Graph) -> None:
     for node in graph.nodes:
         refused = node_refusal(node)
         if refused is not None:
-            kernel, refusal = refused
-            raise BadModel(f"{kernel} would run on the CPU, where {refusal}", node=node.name)
+            raise BadModel(refused, node=node.name)
 
 
 def _is_edge_compute(node: Node) -> bool:

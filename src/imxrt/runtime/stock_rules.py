@@ -329,8 +329,9 @@ def refusal(name: str, args: dict) -> Refusal | None:
     return None
 
 
-def node_refusal(node: torch.fx.Node) -> tuple[str, Refusal] | None:
-    """The stock kernel a graph node becomes and the first of its rules the node breaks, or None. A functional
+def node_refusal(node: torch.fx.Node) -> str | None:
+    """Why the stock kernel a graph node becomes would refuse it (the kernel and the first rule it breaks), or
+    None. A functional
     edge op is checked as the out variant ``to_executorch`` makes of it, its result as ``out``; an out variant
     (after ``to_executorch``) as it is. Arguments are read from the nodes' fake tensors."""
     from executorch.exir.operator.convert import is_out_variant, to_out_variant
@@ -369,7 +370,7 @@ def node_refusal(node: torch.fx.Node) -> tuple[str, Refusal] | None:
             value = argument.default_value if argument.has_default_value() else None
         args[argument.name] = _value(value)
     refused = refusal(name, args)
-    return (name, refused) if refused is not None else None
+    return f"{name} would run on the CPU, where {refused}" if refused is not None else None
 
 
 def _value(value):

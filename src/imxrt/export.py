@@ -39,10 +39,8 @@ def export(model: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], tra
         if isinstance(value, torch.Tensor) and any(not isinstance(d, int) for d in value.shape):
             raise BadModel("dynamic shapes are not supported: the NPU and the memory plan need static "
                            f"shapes (symbolic shape {tuple(value.shape)})", node=node.name)
-    for node in exported.graph.nodes:
         if node.op == "call_function" and node.target in _WITHOUT_KERNEL:
             raise BadModel(_WITHOUT_KERNEL[node.target](node), node=node.name)
-        value = node.meta.get("val")
         if node.op == "call_function" and isinstance(value, torch.Tensor) and value.dtype.is_floating_point \
                 and value.dtype != torch.float32:
             raise BadModel(f"{node.target} makes a {value.dtype} tensor; an int8 program carries int8, float32 and "

@@ -155,8 +155,7 @@ def run_case(case: Case, flow_key: str, flow) -> list[dict]:
     skip, reason = flow.should_skip_test(case.function, params)
     if skip:
         return [_record(case, flow_key, "skipped by the suite", reason)]
-    factory = flow.tester_factory
-    made = getattr(factory, "made", None)
+    factory = flow.tester_factory  # imxrt's keeps its last tester (TesterFactory.last); the peers' keep none
 
     class EveryCase(TestRunner):
         """The suite's runner, going on to the next subtest after a failure (each is recorded)."""
@@ -166,14 +165,14 @@ def run_case(case: Case, flow_key: str, flow) -> list[dict]:
             self.npu_delegates: list[int | None] = []
 
         def lower_and_run_model(self, *args, **kwargs):
-            before = len(made) if made is not None else 0
+            before = getattr(factory, "last", None)
             try:
                 super().lower_and_run_model(*args, **kwargs)
             except (RuntimeError, pytest.skip.Exception):
                 pass  # the runner recorded the subtest
             finally:
-                tester = made[-1] if made is not None and len(made) > before else None
-                self.npu_delegates.append(tester.compile.npu_delegates if tester is not None else None)
+                tester = getattr(factory, "last", None)  # a new one: this subtest got as far as making it
+                self.npu_delegates.append(tester.compile.npu_delegates if tester is not before else None)
 
     runner = EveryCase()
     try:

@@ -200,17 +200,16 @@ class ImxrtTester(Tester):
 
 
 class TesterFactory:
-    """``TestFlow.tester_factory`` for one target; keeps the testers it made, newest last, so a runner can read
-    what a case compiled to (``ImxrtTester.compile``)."""
+    """``TestFlow.tester_factory`` for one target; keeps the tester it made last (only that one: a session runs
+    hundreds of cases), so a runner can read what a case compiled to (``ImxrtTester.compile``)."""
 
     def __init__(self, target: str) -> None:
         self.target = target
-        self.made: list[ImxrtTester] = []
+        self.last: ImxrtTester | None = None
 
     def __call__(self, model: torch.nn.Module, inputs) -> ImxrtTester:
-        tester = ImxrtTester(model, inputs, self.target)
-        self.made.append(tester)
-        return tester
+        self.last = ImxrtTester(model, inputs, self.target)
+        return self.last
 
 
 def imxrt_flows() -> list[TestFlow]:

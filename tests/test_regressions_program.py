@@ -170,3 +170,27 @@ def test_an_unbatched_input_is_a_batch_of_one(name, target):
         assert result.report["summary"]["partitions"] == 1
     for inputs in cal[:2]:
         check_case(result, inputs)
+
+
+class _FramedConv(nn.Module):
+    """A streaming audio front end: a frame [1, L] as a 1-D convolution's one-channel input."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(1, 8, 16, stride=8)
+
+    def forward(self, frame):
+        return torch.relu(self.conv(frame.unsqueeze(1)))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_example_input_with_a_free_stride_compiles(target):
+    """numpy's ``frame[None]`` gives the size-1 batch dimension stride 0; torch.export kept the example's
+    strides in the program and the CPU lowering stopped on them ("0 in strides", an internal error, with
+    ExecuTorch's Silero VAD example and a frame taken from a waveform this way)."""
+    waveform = np.random.default_rng(0).standard_normal(576).astype(np.float32)
+    frame = torch.from_numpy(waveform[None])
+    assert 0 in frame.stride()
+    calibration = [(torch.from_numpy(np.roll(waveform, k)[None]),) for k in range(4)]
+    result = compile(_FramedConv().eval(), (frame,), target, calibration, CompileOptions(show_progress=False))
+    check_case(result, (frame.contiguous(),))

@@ -131,7 +131,18 @@ def check_example_inputs(example_inputs: Sequence[torch.Tensor]) -> tuple[torch.
         found = non_finite(x)
         if found:  # they calibrate when no calibration data is given, and trace forward()
             raise BadModel(f"example input {name} holds {found}; give finite example inputs")
-    return example_inputs
+    return tuple(tuple(map(_canonical_strides, v)) if isinstance(v, (tuple, list)) else _canonical_strides(v)
+                 for v in example_inputs)
+
+
+def _canonical_strides(value: torch.Tensor) -> torch.Tensor:
+    """``value`` with the canonical strides of its layout (channels_last when it is laid out so, else
+    contiguous). torch.export keeps the example's strides in the program, and a size-1 dimension's stride is
+    free: numpy's ``x[None]`` gives it stride 0, which ExecuTorch cannot read as a dim order."""
+    layout = torch.channels_last if value.dim() == 4 and not value.is_contiguous() and \
+        value.is_contiguous(memory_format=torch.channels_last) else torch.contiguous_format
+    canonical = torch.empty(value.shape, device="meta", memory_format=layout).stride()
+    return value if value.stride() == canonical else value.clone(memory_format=layout)
 
 
 def _named_tensors(example_inputs: tuple) -> list[tuple[str, torch.Tensor]]:

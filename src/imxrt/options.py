@@ -13,6 +13,7 @@ from imxrt.passes.int8_io import IO_CHOICES
 from imxrt.targets import Target, get_target
 
 CELL_STATE_CHOICES = ("int8", "float")  # an LSTM's cell state (CompileOptions.cell_state)
+ACTIVATION_RANGES = ("minmax", "mse")  # how PTQ picks activation ranges (CompileOptions.activation_ranges)
 
 NEUTRON_COMPILERS = eiq.COMPILER_CHOICES  # auto: eiq when the eIQ Neutron SDK imports, else reference
 
@@ -34,6 +35,9 @@ class CompileOptions:
     # int8 gates: a few more kernel calls per step; an int8 one loses accuracy, as TFLite's int8 LSTM keeps
     # its cell state in int16), or "int8" (one scale across its steps: the step all int8)
     cell_state: str = "float"
+    # how PTQ picks each activation's int8 range from the calibration data: "minmax" (the widest seen) or
+    # "mse" (the range of least int8 rounding-plus-clipping error over a histogram of the values seen)
+    activation_ranges: str = "minmax"
 
     @property
     def converter(self) -> eiq.ConverterOptions:
@@ -51,6 +55,8 @@ def resolve_options(options: CompileOptions | None, target: str | Target) -> tup
         raise BadOption("--io", options.io, IO_CHOICES)
     if options.cell_state not in CELL_STATE_CHOICES:
         raise BadOption("--cell-state", options.cell_state, CELL_STATE_CHOICES)
+    if options.activation_ranges not in ACTIVATION_RANGES:
+        raise BadOption("--activation-ranges", options.activation_ranges, ACTIVATION_RANGES)
     if options.sram_budget is not None and (isinstance(options.sram_budget, bool) or
                                             not isinstance(options.sram_budget, int) or options.sram_budget < 1):
         raise BadOption("--sram-budget", options.sram_budget, "a positive number of bytes (e.g. 512K, 2M)")

@@ -206,7 +206,7 @@ def quantize(
     graph_module = run_aten_passes(exported.module(check_guards=False), npu=_has_npu(target),
                                    qparam_flow=rules.qparam_flow(rules.devices_of(target)), rolled=True,
                                    float_cell_state=options.cell_state == "float")
-    prepared = prepare_pt2e(graph_module, ImxrtQuantizer(target))
+    prepared = prepare_pt2e(graph_module, ImxrtQuantizer(target, ranges=options.activation_ranges))
     if calibration is None:
         log.warning("no calibration data given: calibrating on the example inputs alone; pass "
                     "calibration_inputs() for representative activation ranges")

@@ -71,12 +71,15 @@ class ImxrtQuantizer(Quantizer):
     device by device would not be.
     """
 
-    def __init__(self, target=None, qat: bool = False, devices: frozenset[rules.Device] | None = None):
+    def __init__(self, target=None, qat: bool = False, devices: frozenset[rules.Device] | None = None,
+                 ranges: str = "minmax"):
         """``target``: whose devices' rules apply (default: the i.MX RT700's NPU and Cortex-M33);
-        ``devices``: these devices' instead (the recipes' per-device quantizers)."""
+        ``devices``: these devices' instead (the recipes' per-device quantizers); ``ranges``: how PTQ picks
+        activation ranges (``specs.ACTIVATION_RANGES``)."""
         super().__init__()
         self.devices = devices if devices is not None else rules.devices_of(target)
         self.qat = qat
+        self.ranges = ranges
         self._symmetric: set[Node] = set()  # values read at zero point 0 (``_symmetric_outputs``)
 
     def transform_for_annotation(self, model: GraphModule) -> GraphModule:
@@ -86,7 +89,7 @@ class ImxrtQuantizer(Quantizer):
     def annotate(self, model: GraphModule) -> GraphModule:
         table = rules.rules_on(model.meta.get(_DEVICES, self.devices))
         self._symmetric = _symmetric_outputs(model.graph, table)
-        _annotate_loop_carries(model, specs.activation_spec(self.qat))  # first: their readers share them
+        _annotate_loop_carries(model, specs.activation_spec(self.qat, ranges=self.ranges))  # first: their readers share them
         for node in model.graph.nodes:
             if node.op != "call_function" or _ANNOTATION in node.meta or keeps_float(node):
                 continue
@@ -103,8 +106,8 @@ class ImxrtQuantizer(Quantizer):
 
     def _annotate(self, node: Node, rule: rules.Rule) -> None:
         """Annotate ``node`` (and a fused activation after it)."""
-        act = specs.activation_spec(self.qat)
-        symmetric = specs.activation_spec(self.qat, symmetric=True)
+        act = specs.activation_spec(self.qat, ranges=self.ranges)
+        symmetric = specs.activation_spec(self.qat, symmetric=True, ranges=self.ranges)
         inputs = _tensor_inputs(node)
         in_spec = lambda arg: self._input_spec(arg, symmetric if arg in self._symmetric else act)  # noqa: E731
         fused = self._fusable_user(node)

@@ -27,16 +27,21 @@ from torchao.quantization.pt2e.quantizer import (
 )
 
 from imxrt.quantization.observers import FiniteMinMaxObserver, QatMovingAverageMinMaxObserver
+from imxrt.quantization.ranges import ClippedRangeObserver
 
 INT8_MIN, INT8_MAX = -128, 127
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
-def activation_spec(qat: bool = False, symmetric: bool = False) -> QuantizationSpec:
+def activation_spec(qat: bool = False, symmetric: bool = False, ranges: str = "minmax") -> QuantizationSpec:
     """Per-tensor asymmetric int8, calibrated by min/max of the finite values (TFLite's converter does the
-    same); ``symmetric``: zero point 0, for the operands of a batch matmul, which Neutron's BATCH_MATMUL
-    takes only with zero points 0."""
-    observer = FakeQuantize.with_args(observer=QatMovingAverageMinMaxObserver) if qat else FiniteMinMaxObserver
+    same) or, ``ranges="mse"``, by the range of least int8 error over their histogram
+    (``ranges.ClippedRangeObserver``); ``symmetric``: zero point 0, for the operands of a batch matmul, which
+    Neutron's BATCH_MATMUL takes only with zero points 0. QAT starts from min/max and learns from there."""
+    if qat:
+        observer = FakeQuantize.with_args(observer=QatMovingAverageMinMaxObserver)
+    else:
+        observer = ClippedRangeObserver if ranges == "mse" else FiniteMinMaxObserver
     return QuantizationSpec(
         dtype=torch.int8,
         quant_min=INT8_MIN,

@@ -145,13 +145,17 @@ def _sram_peak(report: dict) -> dict | None:
 
 
 def advice_lines(advice: list[dict]) -> list[str]:
-    """The CLI's lines: the first ``SHOWN`` items, one line each (report.json and report.html say how)."""
+    """The CLI's lines, one per item: every accuracy item (few, and a wrong answer outweighs a slow one), then
+    the first ``SHOWN`` of the others (report.json and report.html say how)."""
+    accuracy = [item for item in advice if "figure" in item]
     lines = []
-    for number, item in enumerate(advice[:SHOWN], start=1):
-        if "saves_us" in item:
+    for number, item in enumerate(accuracy + [item for item in advice if "figure" not in item][:SHOWN], start=1):
+        if "figure" in item:
+            figure = item["figure"]
+        elif "saves_us" in item:
             bound = "at most " if item.get("at_most") else ""
             figure = f"saves {bound}{item['saves_us']:,.1f} µs ({item['before_us']:,.1f} -> {item['after_us']:,.1f} µs)"
         else:
             figure = f"arena {item['arena_bytes']:,} B"
         lines.append(f"  {number}. {item['title']}: {figure}; {item['why']}")
-    return (["advice (from the estimate; report.html says how):"] + lines) if lines else []
+    return (["advice (from the estimate and the measured accuracy; report.html says how):"] + lines) if lines else []

@@ -238,6 +238,7 @@ def _compile(args: argparse.Namespace) -> int:
         report = evaluate(source.model, load(result.pte), source.evaluation, source.example_inputs,
                           quantized=result.quantized, workers=args.workers, show_progress=not args.quiet)
         result.report["accuracy"] = report.as_dict()
+        result.report["advice"] = report.advice + result.report["advice"]  # what the evaluation found first
         accuracy = report.lines()
     bundled = None
     if args.bundle is not None:

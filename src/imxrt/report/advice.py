@@ -214,10 +214,8 @@ def layer_advice(accuracy: dict) -> list[dict]:
     if not rows or (rows[0]["own_sqnr_db"] is not None and rows[0]["own_sqnr_db"] >= WORTH_FIXING_DB):
         return []
     row = rows[0]
-    for cause, kind, remedy in LAYER_REMEDIES:
-        why = cause(row)
-        if why is not None:
-            break
+    why, kind, remedy = next((why, kind, remedy) for cause, kind, remedy in LAYER_REMEDIES
+                             if (why := cause(row)) is not None)  # the last cause always holds
     cumulative = f", {_db(row['sqnr_db'])} at its output" if row["sqnr_db"] is not None else ""
     return [{
         "kind": "layer_sqnr",

@@ -247,3 +247,22 @@ def test_cli_report_errors_are_one_line(case, tmp_path, capsys):
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
     assert (tmp_path / "report.html").read_text() == "previous"  # the old page stays whole
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"] + (["report.json"] if content else [])
+
+
+_LAYER = {"path": "features.3<b>", "op": "conv2d", "sqnr_db": 21.0, "own_sqnr_db": 18.0, "output_sqnr_db": 19.0,
+          "weight_sqnr_db": 30.0, "scale": 0.1, "range": [-12.8, 12.7], "p9999": 1.0, "saturated": 0.0,
+          "weight_levels": 127}
+
+
+@pytest.mark.parametrize("layers", [[_LAYER], []], ids=["ranked", "none"])
+def test_an_evaluated_report_shows_its_ranked_layers_and_accuracy_advice(layers):
+    accuracy = {"samples": 4, "metric": "top-1", "float": 1.0, "int8": 0.75, "agreement": 0.75,
+                "output_sqnr_db": [20.0], "layer_sqnr_db": {}, "layers": layers}
+    advice = [{"kind": "layer_sqnr", "cause": "outlier_range", "layer": "features.3<b>", "title": "features.3<b> loses",
+               "change": "a clipped range", "why": "outliers", "figure": "own SQNR 18.0 dB"}]
+    parsed = Page(render(_report() | {"accuracy": accuracy, "advice": advice}))
+    text = "".join(parsed.text)
+    assert "own SQNR 18.0 dB" in text  # the advice item's figure
+    assert bool(parsed.having("section", "accuracy")) == bool(layers)
+    if layers:
+        assert "features.3<b>" in text and "18.0" in text and "[-12.8, 12.7]" in text

@@ -46,13 +46,22 @@ class AccuracyReport:
     agreement: float  # fraction of samples whose float and int8 top-1 class agree
     output_sqnr_db: list[float]  # per model output, int8 program vs float model
     layer_sqnr_db: dict[str, float] = field(default_factory=dict)  # module path -> int8 activation SQNR
+    layers: list[LayerLoss] = field(default_factory=list)  # worst own SQNR first (``_LayerSqnr.ranking``)
 
     def as_dict(self) -> dict:
         """The ``accuracy`` entry of report.json (SQNR as null where the int8 output equals the float one)."""
-        finite = lambda v: v if math.isfinite(v) else None  # noqa: E731  JSON has no infinity
         return {"samples": self.samples, "metric": self.metric, "float": self.float_score, "int8": self.int8_score,
-                "agreement": self.agreement, "output_sqnr_db": [finite(v) for v in self.output_sqnr_db],
-                "layer_sqnr_db": {k: finite(v) for k, v in self.layer_sqnr_db.items()}}
+                "agreement": self.agreement, "output_sqnr_db": [_finite(v) for v in self.output_sqnr_db],
+                "layer_sqnr_db": {k: _finite(v) for k, v in self.layer_sqnr_db.items()},
+                "layers": [layer.as_dict() for layer in self.layers]}
+
+    @property
+    def advice(self) -> list[dict]:
+        """The worst layer by its own SQNR with the remedy its figures point to (``report.advice.layer_advice``;
+        the CLI puts it first in ``report.json`` ``advice``)."""
+        from imxrt.report.advice import layer_advice
+
+        return layer_advice(self.as_dict())
 
     def lines(self) -> list[str]:
         text = [f"accuracy ({self.samples} samples, {self.metric}): float {self.float_score:.2%}, "
@@ -62,7 +71,62 @@ class AccuracyReport:
         if self.layer_sqnr_db:
             worst = sorted(self.layer_sqnr_db.items(), key=lambda kv: kv[1])[:3]
             text.append("lowest layer SQNR: " + ", ".join(f"{k} {v:.1f} dB" for k, v in worst))
-        return text
+        return text + layer_table([layer.as_dict() for layer in self.layers])
+
+
+RANKED = 5  # layers the CLI lists
+
+
+def layer_table(rows: list[dict], shown: int = RANKED) -> list[str]:
+    """The CLI's ranked table of ``accuracy.layers`` rows: the layers that lose the most SQNR themselves."""
+    if not rows:
+        return []
+    db = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+    width = max(len(row["path"]) for row in rows[:shown])
+    ops = max(len(row["op"]) for row in rows[:shown])
+    lines = ["layers losing the most SQNR themselves (own: the layer alone, on the float value of its input; "
+             "dB):",
+             f"  {'layer':{width}}  {'op':{ops}} {'SQNR':>6} {'own':>6} {'output':>6} {'weights':>7}  "
+             "output scale, range"]
+    for row in rows[:shown]:
+        low, high = row["range"]
+        lines.append(f"  {row['path']:{width}}  {row['op']:{ops}} {db(row['sqnr_db']):>6} {db(row['own_sqnr_db']):>6} "
+                     f"{db(row['output_sqnr_db']):>6} {db(row['weight_sqnr_db']):>7}  {row['scale']:.4g}, "
+                     f"[{low:.4g}, {high:.4g}]")
+    return lines
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None  # JSON has no infinity
+
+
+@dataclass
+class LayerLoss:
+    """One layer's figures: its cumulative SQNR (``sqnr_db``, None where the float model has no tensor to
+    compare with) and what it loses itself (``own_sqnr_db``), which combines the rounding of its output on the
+    float value of its input (``output_sqnr_db``, saturation included) and of its int8 weights
+    (``weight_sqnr_db``), as noise powers add. ``scale`` and ``range`` are its output's quantization; ``p9999``
+    the 99.99th percentile of its float output's magnitude over the evaluation data, ``saturated`` the share
+    of those values outside the range; ``weight_levels`` the int8 levels its weights' narrowest output channel
+    uses (its largest magnitude, of 127)."""
+
+    path: str
+    op: str
+    sqnr_db: float | None
+    own_sqnr_db: float
+    output_sqnr_db: float
+    weight_sqnr_db: float | None
+    scale: float
+    range: tuple[float, float]
+    p9999: float
+    saturated: float
+    weight_levels: int | None
+
+    def as_dict(self) -> dict:
+        return {"path": self.path, "op": self.op, "sqnr_db": _finite(self.sqnr_db),
+                "own_sqnr_db": _finite(self.own_sqnr_db), "output_sqnr_db": _finite(self.output_sqnr_db),
+                "weight_sqnr_db": _finite(self.weight_sqnr_db), "scale": self.scale, "range": list(self.range),
+                "p9999": self.p9999, "saturated": self.saturated, "weight_levels": self.weight_levels}
 
 
 class _Sqnr:
@@ -114,7 +178,8 @@ def evaluate(model: torch.nn.Module, program, data: Iterable[tuple[Sequence[torc
                                                       disable=not show_progress, leave=False):
             with torch.no_grad():
                 try:
-                    output, floats, folded = layers.float_forward(inputs) if layers else (model(*inputs), {}, set())
+                    output, floats, folded, unrounded = layers.float_forward(inputs) if layers else (
+                        model(*inputs), {}, set(), {})
                 except SystemExit as e:  # not an Exception: it would end imxrt silently, with the user's status
                     raise BadModel(f"model(...) {called_exit(e)} while evaluating on evaluation sample {index}; "
                                    "forward() must return its outputs, not exit the process") from None
@@ -132,14 +197,15 @@ def evaluate(model: torch.nn.Module, program, data: Iterable[tuple[Sequence[torc
             for sqnr, ref, act in zip(outputs_sqnr, reference, actual, strict=True):
                 sqnr.add(ref, act.reshape(ref.shape))
             if layers is not None:
-                layers.add(floats, folded, rounded)
+                layers.add(floats, folded, rounded, unrounded)
             count += 1
     if count == 0:
         raise BadInput("the evaluation data is empty; give at least one (inputs, label) pair")
     return AccuracyReport(samples=count, metric=getattr(metric, "__name__", "metric") if metric else "top-1",
                           float_score=float_total / count, int8_score=int8_total / count, agreement=agree / count,
                           output_sqnr_db=[s.db for s in outputs_sqnr],
-                          layer_sqnr_db=layers.result() if layers is not None else {})
+                          layer_sqnr_db=layers.result() if layers is not None else {},
+                          layers=layers.ranking() if layers is not None else [])
 
 
 @contextlib.contextmanager
@@ -422,7 +488,15 @@ class _LayerSqnr:
     """SQNR of each module's int8 output, the activation the fake-quantized program rounds where the value
     leaves the module, against the float model's output of the same module (matched by module path; a
     module whose output a folded batch norm rewrites is skipped: the float model has no tensor to compare
-    with)."""
+    with).
+
+    That SQNR is cumulative: a deep layer inherits every earlier layer's noise. What a layer loses itself
+    (``ranking``) is measured on the fake-quantized program with every activation rounding taken out (its
+    float path: each activation's dequantize(quantize(x)) read as x; weights stay int8), which gives each
+    layer the float value of its input: its own output rounding is that value rounded with its output's
+    qparams, saturation included; its own weight rounding is int8 rounding noise (step^2 / 12 per weight)
+    against its int8 weights' energy, per output channel, averaged over channels (each channel makes its
+    own outputs). Both are exact or analytic, and cost one float run of the program per sample."""
 
     def __init__(self, model: torch.nn.Module, quantized: ExportedProgram):
         self.model = model
@@ -438,10 +512,18 @@ class _LayerSqnr:
         self.paths = set(self.producers.values())
         self.capture_program = _Capture(graph_module, self.producers)
         self.sqnr: dict[str, _Sqnr] = {}
+        self.float_path = _FloatPath(graph_module, self.producers)
+        by_name = {node.name: node for node in graph_module.graph.nodes}
+        self.own: dict[str, _OwnLoss] = {}  # module path -> what it loses itself
+        for name, path in self.producers.items():
+            if path not in self.own:  # a module called twice: the first call's qparams
+                self.own[path] = _OwnLoss(by_name[name], graph_module)
 
-    def float_forward(self, inputs: tuple[torch.Tensor, ...]) -> tuple[object, dict[str, torch.Tensor], set[str]]:
-        """The float model's output, each module's output by path, and the modules a folded batch norm
-        rewrites: one forward, with hooks."""
+    def float_forward(self, inputs: tuple[torch.Tensor, ...]) -> tuple[object, dict[str, torch.Tensor], set[str],
+                                                                      dict[str, torch.Tensor]]:
+        """The float model's output, each module's output by path, the modules a folded batch norm rewrites
+        (one forward, with hooks), and the value each captured quantize node rounds on the program's float
+        path."""
         floats: dict[str, torch.Tensor] = {}
         folded: set[str] = set()
         by_id: dict[int, str] = {}
@@ -465,7 +547,7 @@ class _LayerSqnr:
         finally:
             for handle in handles:
                 handle.remove()
-        return output, floats, folded
+        return output, floats, folded, self.float_path(inputs)
 
     def capture(self, inputs: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
         """The value each layer's int8 output stands for, from the fake-quantized program."""
@@ -486,8 +568,10 @@ class _LayerSqnr:
         program, names = saved
         return _Capture(torch.export.load(io.BytesIO(program)).module(check_guards=False), names)
 
-    def add(self, floats: dict[str, torch.Tensor], folded: set[str],
-            rounded: dict[str, torch.Tensor]) -> None:
+    def add(self, floats: dict[str, torch.Tensor], folded: set[str], rounded: dict[str, torch.Tensor],
+            unrounded: dict[str, torch.Tensor]) -> None:
+        for node_name, value in unrounded.items():
+            self.own[self.producers[node_name]].add(value)
         for node_name, value in rounded.items():
             path = self.producers[node_name]
             reference = floats.get(path)
@@ -497,6 +581,137 @@ class _LayerSqnr:
 
     def result(self) -> dict[str, float]:
         return {path: sqnr.db for path, sqnr in self.sqnr.items()}
+
+    def ranking(self) -> list[LayerLoss]:
+        """Every layer, the one that loses the most SQNR itself first (ties by path)."""
+        cumulative = self.result()
+        layers = [own.loss(path, cumulative.get(path)) for path, own in self.own.items() if own.values]
+        return sorted(layers, key=lambda layer: (layer.own_sqnr_db, layer.path))
+
+
+_BINS = 4096  # |x| histogram over [0, _SPAN x the range's half width): the 99.99th percentile to 1/1024
+_SPAN = 4.0
+
+
+class _OwnLoss:
+    """What one layer loses itself, summed over the evaluation data (see ``_LayerSqnr``)."""
+
+    def __init__(self, quantize: torch.fx.Node, graph_module: torch.fx.GraphModule):
+        self.scale, self.zero_point = float(quantize.args[1]), int(quantize.args[2])
+        self.qmin, self.qmax = int(quantize.args[3]), int(quantize.args[4])
+        self.range = ((self.qmin - self.zero_point) * self.scale, (self.qmax - self.zero_point) * self.scale)
+        self.half = max(abs(self.range[0]), abs(self.range[1]))
+        weights = _cluster_weights(quantize, graph_module)
+        self.op, self.weight_nsr, self.weight_levels = _weight_rounding(quantize, weights)
+        self.rounding = _Sqnr()
+        self.histogram = np.zeros(_BINS + 1, dtype=np.int64)  # the last bin: at or beyond _SPAN half widths
+        self.outside = 0
+        self.values = 0
+
+    def add(self, value: torch.Tensor) -> None:
+        value = value.detach().double()
+        rounded = (torch.clamp(torch.round(value / self.scale) + self.zero_point, self.qmin, self.qmax)
+                   - self.zero_point) * self.scale
+        self.rounding.add(value, rounded)
+        magnitude = value.abs().numpy().reshape(-1) / self.half
+        self.histogram += np.bincount(np.minimum((magnitude * (_BINS / _SPAN)).astype(np.int64), _BINS),
+                                      minlength=_BINS + 1)
+        self.outside += int(((value < self.range[0]) | (value > self.range[1])).sum())
+        self.values += value.numel()
+
+    def loss(self, path: str, cumulative: float | None) -> LayerLoss:
+        output_nsr = 10 ** (-self.rounding.db / 10) if math.isfinite(self.rounding.db) else 0.0
+        own_nsr = output_nsr + (self.weight_nsr or 0.0)
+        bin_of = int(np.searchsorted(np.cumsum(self.histogram), 0.9999 * self.values))
+        return LayerLoss(
+            path=path, op=self.op, sqnr_db=cumulative,
+            own_sqnr_db=-10 * math.log10(own_nsr) if own_nsr > 0 else math.inf,
+            output_sqnr_db=self.rounding.db,
+            weight_sqnr_db=None if self.weight_nsr is None else (
+                -10 * math.log10(self.weight_nsr) if self.weight_nsr > 0 else math.inf),
+            scale=self.scale, range=self.range, p9999=float(f"{(bin_of + 1) * _SPAN / _BINS * self.half:.4g}"),
+            saturated=self.outside / max(self.values, 1), weight_levels=self.weight_levels)
+
+
+def _is_qdq(node: torch.fx.Node, name: str) -> bool:
+    return node.op == "call_function" and str(node.target).startswith(f"quantized_decomposed.{name}")
+
+
+def _cluster_weights(quantize: torch.fx.Node, graph_module: torch.fx.GraphModule
+                     ) -> list[tuple[torch.fx.Node, torch.fx.Node, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(op, dequantize, int8 weight, scales, zero points) of each int8 constant the ops that compute
+    ``quantize``'s input read (back to the dequantizes of their activations)."""
+    found, stack, seen = [], [quantize.args[0]], set()
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, torch.fx.Node) or node in seen or node.op != "call_function":
+            continue
+        seen.add(node)
+        for arg in node.all_input_nodes:
+            if _is_qdq(arg, "dequantize") and arg.args[0].op == "get_attr" and arg.args[-1] == torch.int8:
+                weight = _attr(graph_module, arg.args[0])
+                scales, zero_points = (_attr(graph_module, arg.args[1]), _attr(graph_module, arg.args[2])) \
+                    if isinstance(arg.args[1], torch.fx.Node) else (torch.tensor([arg.args[1]]),
+                                                                    torch.tensor([arg.args[2]]))
+                found.append((node, arg, weight, scales, zero_points))
+            elif not _is_qdq(arg, "dequantize"):
+                stack.append(arg)
+    return found
+
+
+def _attr(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> torch.Tensor:
+    return functools.reduce(getattr, node.target.split("."), graph_module)
+
+
+def _weight_rounding(quantize: torch.fx.Node, weights: list) -> tuple[str, float | None, int | None]:
+    """The op that names the layer (the one with int8 weights, else the one ``quantize`` rounds), its
+    weights' rounding noise over their energy (int8 rounding, step^2 / 12 per weight, against the mean square
+    of each output channel's int8 values, averaged over channels; None without weights) and the int8 levels
+    its narrowest non-zero channel uses."""
+    if not weights:
+        return str(getattr(quantize.args[0].target, "__name__", quantize.args[0].target)).split(".")[0], None, None
+    ratios, levels = [], []
+    op = weights[0][0]
+    for _, dequantize, weight, _, zero_points in weights:
+        if weight.dim() < 2:
+            continue
+        axis = int(dequantize.args[3]) if isinstance(dequantize.args[1], torch.fx.Node) else 0
+        centred = weight.to(torch.float64).movedim(axis, 0).reshape(weight.shape[axis], -1)
+        centred = centred - zero_points.to(torch.float64).reshape(-1, 1)
+        energy = centred.square().mean(dim=1)
+        # A per-channel weight's zero row was zero in float (its scale would have resolved it); a per-tensor
+        # weight's is a channel rounded away, all noise. No channel's noise is counted above its signal.
+        per_channel = isinstance(dequantize.args[1], torch.fx.Node)
+        kept = energy > 0 if per_channel else torch.ones_like(energy, dtype=torch.bool)
+        ratios += torch.clamp(1 / (12 * energy[kept]), max=1.0).tolist()
+        levels += centred[kept].abs().amax(dim=1).tolist()
+    if not ratios:
+        return op.target.__name__.split(".")[0], None, None
+    return op.target.__name__.split(".")[0], float(np.mean(ratios)), int(min(levels))
+
+
+class _FloatPath:
+    """The fake-quantized program with its activations unrounded (each activation's dequantize(quantize(x))
+    read as x, int8 weights kept), returning the value each quantize node in ``names`` would round: each
+    layer's output computed from the float value of its input."""
+
+    def __init__(self, graph_module: torch.fx.GraphModule, names: Iterable[str]):
+        graph = copy.deepcopy(graph_module.graph)
+        graph._codegen = torch.fx.graph.CodeGen()  # flat inputs and outputs
+        for node in list(graph.nodes):
+            if _is_qdq(node, "dequantize") and isinstance(node.args[0], torch.fx.Node) and \
+                    _is_qdq(node.args[0], "quantize_per_tensor"):
+                node.replace_all_uses_with(node.args[0].args[0])
+        wanted = set(names)
+        captured = [node for node in graph.nodes if node.name in wanted]
+        self.names = [node.name for node in captured]
+        graph.output_node().args = (tuple(node.args[0] for node in captured),)
+        graph.eliminate_dead_code()
+        self.module = torch.fx.GraphModule(graph_module, graph)
+
+    def __call__(self, inputs) -> dict[str, torch.Tensor]:
+        with torch.no_grad():
+            return dict(zip(self.names, self.module(*inputs), strict=True))
 
 
 class _Capture:

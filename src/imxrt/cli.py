@@ -189,6 +189,7 @@ def _compile(args: argparse.Namespace) -> int:
     from imxrt.output_folder import check_writable
     from imxrt.pipeline import CompileOptions, compile, keep_failed_partition
     from imxrt.report.advice import advice_lines
+    from imxrt.report.logit_steps import warning_lines
     from imxrt.report.placement import summary_lines
     from imxrt.source import load_source
     from imxrt.targets import get_target
@@ -237,6 +238,7 @@ def _compile(args: argparse.Namespace) -> int:
         report = evaluate(source.model, load(result.pte), source.evaluation, source.example_inputs,
                           quantized=result.quantized, workers=args.workers, show_progress=not args.quiet)
         result.report["accuracy"] = report.as_dict()
+        result.report["advice"] = report.advice + result.report["advice"]  # what the evaluation found first
         accuracy = report.lines()
     bundled = None
     if args.bundle is not None:
@@ -247,8 +249,8 @@ def _compile(args: argparse.Namespace) -> int:
         bundled = bundle.bundle(result.pte, result.io, inputs)
     result.save(args.output, c_header=args.c_header, bundled=bundled)
     if not args.quiet:
-        for line in (summary_lines(result.report) + memory_lines(result.report["memory"]) + accuracy
-                     + advice_lines(result.report["advice"])):
+        for line in (summary_lines(result.report) + warning_lines(result.report) + memory_lines(result.report["memory"])
+                     + accuracy + advice_lines(result.report["advice"])):
             print(line)
         dumps = f", {', '.join(sorted(result.npu_files))}" if result.npu_files else ""
         header = ", model_pte.h, model_pte.c" if args.c_header else ""

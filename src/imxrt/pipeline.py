@@ -43,7 +43,7 @@ from imxrt.profiling.provenance import trim_history
 from imxrt.quantization import ImxrtQuantizer, calibrate, rules
 from imxrt.quantization import qat as qat_module
 from imxrt.quantization.convert import convert_and_export
-from imxrt.report import placement
+from imxrt.report import logit_steps, placement
 from imxrt.report.advice import advise
 from imxrt.serialization import check_stock_kernels, serialize, to_executorch
 from imxrt.targets import Target, get_target
@@ -83,14 +83,19 @@ def compile(
     seconds: dict[str, float] = {}
     with _timed(seconds, "export"):
         exported = export_for_qat(model, example_inputs) if qat is not None else export(model, example_inputs)
+    gaps = logit_steps.DecisionGaps.of(exported) if qat is None else None  # what argmax/softmax decide on
     with _timed(seconds, "quantize"):
         if qat is not None:
             prepared = qat_module.prepare(exported, example_inputs, target)
             _train(qat, prepared)
             quantized = qat_module.convert(prepared, example_inputs)
         else:
-            quantized = quantize(exported, example_inputs, calibration, options, target)
-    return _compile_quantized(quantized, target, options, seconds)
+            watched = gaps.watching(calibration) if gaps is not None and calibration is not None else calibration
+            quantized = quantize(exported, example_inputs, watched, options, target)
+    result = _compile_quantized(quantized, target, options, seconds)
+    if gaps is not None:
+        logit_steps.add_to_report(result.report, gaps, quantized, example_inputs)
+    return result
 
 
 def prepare_qat(model: torch.nn.Module, example_inputs: Sequence[torch.Tensor], target: str | Target = "imxrt700"

@@ -11,6 +11,10 @@ instead of the CPU), ``saves_us`` is that op's CPU time, and the item says it is
     cpu_op               an op runs on the CPU (in float, or in int8 between partitions): the rule it failed
     cell_state           an LSTM's cell update runs in float (the default): --cell-state int8, less accurate
     sram_peak            the tensors live at the arena's peak, the largest first
+
+Accuracy items come first, each with a ``figure``: a decision closer than its int8 step
+(``report/logit_steps.py``) and, after an evaluation, the layer that loses the most SQNR itself with the
+remedy its figures point to (``layer_advice``, ``LAYER_REMEDIES``).
 """
 
 from __future__ import annotations
@@ -144,14 +148,98 @@ def _sram_peak(report: dict) -> dict | None:
     }
 
 
+# The remedy for the layer that loses the most SQNR itself, by what its figures show (``accuracy.layers``):
+# the first cause that holds names the remedy.
+SATURATED = 1e-3  # share of its evaluated values outside the calibrated range that make calibration the cause
+STRETCHED = 4.0  # calibrated range over the 99.99th percentile of |x| beyond which rare outliers stretch it
+DOMINATES_DB = 3.0  # one rounding dominates the other with twice its noise power
+WORTH_FIXING_DB = 30.0  # an own SQNR below which a layer's rounding is a visible share of its signal (3% RMS)
+
+
+def _weights_dominate(row: dict) -> str | None:
+    """Its int8 weights' rounding costs more than its output's: a per-tensor weight whose channels' ranges
+    differ leaves its narrow channels few levels."""
+    weights, output = row["weight_sqnr_db"], row["output_sqnr_db"]
+    if weights is None or (output is not None and weights > output - DOMINATES_DB):
+        return None
+    levels = f"; its narrowest channel uses ±{row['weight_levels']} of int8's ±127 levels" \
+        if row["weight_levels"] is not None and row["weight_levels"] < 127 else ""
+    return f"its weights' rounding ({weights:.1f} dB) costs more than its output's ({_db(output)}){levels}"
+
+
+def _saturates(row: dict) -> str | None:
+    """The evaluated values leave the calibrated range: they saturate."""
+    if row["saturated"] <= SATURATED:
+        return None
+    low, high = row["range"]
+    return (f"{row['saturated']:.2%} of its evaluated output values lie outside the calibrated range "
+            f"[{low:.4g}, {high:.4g}] and saturate")
+
+
+def _stretched(row: dict) -> str | None:
+    """Rare outliers stretch the calibrated range far beyond where the values are."""
+    half = max(abs(v) for v in row["range"])
+    if row["p9999"] <= 0 or half < STRETCHED * row["p9999"]:
+        return None
+    return (f"its calibrated range reaches {half:.4g} but 99.99% of its evaluated |values| lie below "
+            f"{row['p9999']:.4g} ({half / row['p9999']:.1f}x): outliers stretch its int8 step to {row['scale']:.4g}")
+
+
+def _otherwise(row: dict) -> str | None:
+    """Neither range nor weights stand out: int8 itself is too coarse for this layer."""
+    return (f"its own rounding leaves {_db(row['own_sqnr_db'])} with no outlier, saturation or weight rounding "
+            "standing out")
+
+
+def _db(value: float | None) -> str:
+    return "nothing" if value is None else f"{value:.1f} dB"
+
+
+LAYER_REMEDIES = (  # (cause, kind, remedy)
+    (_weights_dominate, "weight_rounding",
+     "--bias-correction (CompileOptions(bias_correction=True)), or QAT (imxrt.prepare_qat / compile_qat)"),
+    (_saturates, "saturation", "calibration data that covers what is evaluated (calibration_inputs() drawn "
+                               "like evaluation_data())"),
+    (_stretched, "outlier_range", "a clipped range: --activation-ranges mse (CompileOptions(activation_ranges="
+                                  "\"mse\"))"),
+    (_otherwise, "int8_rounding", "QAT (imxrt.prepare_qat / compile_qat): training that learns int8's steps"),
+)
+
+
+def layer_advice(accuracy: dict) -> list[dict]:
+    """The advice item for the layer that loses the most SQNR itself (the first of ``accuracy["layers"]``), when
+    it loses enough to matter (own SQNR below ``WORTH_FIXING_DB``), with the remedy of the first cause of
+    ``LAYER_REMEDIES`` its figures show."""
+    rows = accuracy.get("layers") or []
+    if not rows or (rows[0]["own_sqnr_db"] is not None and rows[0]["own_sqnr_db"] >= WORTH_FIXING_DB):
+        return []
+    row = rows[0]
+    why, kind, remedy = next((why, kind, remedy) for cause, kind, remedy in LAYER_REMEDIES
+                             if (why := cause(row)) is not None)  # the last cause always holds
+    cumulative = f", {_db(row['sqnr_db'])} at its output" if row["sqnr_db"] is not None else ""
+    return [{
+        "kind": "layer_sqnr",
+        "cause": kind,
+        "layer": row["path"],
+        "title": f"{row['path']} ({row['op']}) loses the most SQNR",
+        "change": f"{remedy}, for {row['path']}",
+        "why": why,
+        "figure": f"own SQNR {_db(row['own_sqnr_db'])}{cumulative}",
+    }]
+
+
 def advice_lines(advice: list[dict]) -> list[str]:
-    """The CLI's lines: the first ``SHOWN`` items, one line each (report.json and report.html say how)."""
+    """The CLI's lines, one per item: every accuracy item (few, and a wrong answer outweighs a slow one), then
+    the first ``SHOWN`` of the others (report.json and report.html say how)."""
+    accuracy = [item for item in advice if "figure" in item]
     lines = []
-    for number, item in enumerate(advice[:SHOWN], start=1):
-        if "saves_us" in item:
+    for number, item in enumerate(accuracy + [item for item in advice if "figure" not in item][:SHOWN], start=1):
+        if "figure" in item:
+            figure = item["figure"]
+        elif "saves_us" in item:
             bound = "at most " if item.get("at_most") else ""
             figure = f"saves {bound}{item['saves_us']:,.1f} µs ({item['before_us']:,.1f} -> {item['after_us']:,.1f} µs)"
         else:
             figure = f"arena {item['arena_bytes']:,} B"
         lines.append(f"  {number}. {item['title']}: {figure}; {item['why']}")
-    return (["advice (from the estimate; report.html says how):"] + lines) if lines else []
+    return (["advice (from the estimate and the measured accuracy; report.html says how):"] + lines) if lines else []

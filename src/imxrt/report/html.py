@@ -191,7 +191,9 @@ def _advice(report: dict) -> str:
         return ""
     rows = []
     for number, item in enumerate(items, start=1):
-        if "saves_us" in item:
+        if "figure" in item:  # an accuracy item: what the measurement showed
+            figure = f'<b>{_e(item["figure"])}</b>'
+        elif "saves_us" in item:
             bound = "at most " if item.get("at_most") else ""
             figure = (f'saves {bound}<b>{_us(_num(item["saves_us"]))}</b><div class="sub">'
                       f'{_us(_num(item["before_us"]))} → {_us(_num(item["after_us"]))}</div>')
@@ -201,10 +203,33 @@ def _advice(report: dict) -> str:
                     f'<td class="n">{figure}</td><td class="reason">{_e(item.get("change", ""))}'
                     f'<div class="sub">{_e(item.get("why", ""))}</div></td></tr>')
     return ('<section id="advice"><h2>Advice: what would save the most</h2>'
-            '<p class="note">Each saving is read off this program\'s estimate: the time of the kernels the change '
-            "removes (for an op the NPU would take over, its CPU time: a bound).</p>"
+            '<p class="note">Accuracy items first, with what was measured. Each saving is read off this program\'s '
+            "estimate: the time of the kernels the change removes (for an op the NPU would take over, its CPU time: "
+            "a bound).</p>"
             '<div class="scroll"><table class="ops advice"><thead><tr><th>#</th><th>change</th><th>estimate</th>'
             f'<th>how, and why</th></tr></thead><tbody>{"".join(rows)}</tbody></table></div></section>')
+
+
+def _accuracy(report: dict) -> str:
+    """The layers that lose the most SQNR themselves, worst first (``report.json`` ``accuracy.layers``)."""
+    accuracy = report.get("accuracy") or {}
+    layers = accuracy.get("layers") or []
+    if not layers:
+        return ""
+    db = lambda v: "-" if v is None else f"{_num(v):.1f}"  # noqa: E731
+    rows = "".join(
+        f'<tr><td class="name">{_e(row["path"])}</td><td>{_e(row["op"])}</td><td class="n">{db(row["sqnr_db"])}</td>'
+        f'<td class="n"><b>{db(row["own_sqnr_db"])}</b></td><td class="n">{db(row["output_sqnr_db"])}</td>'
+        f'<td class="n">{db(row["weight_sqnr_db"])}</td><td class="n">{_num(row["scale"]):.4g}</td>'
+        f'<td class="n">[{_num(row["range"][0]):.4g}, {_num(row["range"][1]):.4g}]</td>'
+        f'<td class="n">{_num(row["p9999"]):.4g}</td></tr>' for row in layers)
+    return ('<section id="accuracy" class="accuracy"><h2>Accuracy: the layers that lose the most</h2>'
+            f'<p class="note">{_e(accuracy.get("samples", "?"))} evaluation samples. SQNR is cumulative (a layer '
+            "inherits its inputs' noise); own SQNR is the layer alone, on the float value of its input: its "
+            "output's rounding and its int8 weights' combined. dB.</p>"
+            '<div class="scroll"><table class="layers"><thead><tr><th>layer</th><th>op</th><th>SQNR</th>'
+            "<th>own</th><th>output</th><th>weights</th><th>scale</th><th>range</th><th>99.99% |x|</th></tr>"
+            f"</thead><tbody>{rows}</tbody></table></div></section>")
 
 
 def _placement(report: dict) -> str:
@@ -524,6 +549,8 @@ footer{color:#5b6673;font-size:12px;margin-top:20px}
 def render(report: dict) -> str:
     """``report.json`` (as a dict) as one self-contained HTML page."""
     sections = [_advice(report), _summary(report)]
+    if (report.get("accuracy") or {}).get("layers"):
+        sections.append(_accuracy(report))
     if report.get("memory"):
         sections.append(_budgets(report))
     if report.get("latency"):
@@ -532,10 +559,13 @@ def render(report: dict) -> str:
     sections.append(_partitions(report))
     if report.get("memory"):
         sections.append(_memory(report))
-    links = [("advice", "Advice", "advice"), ("budgets", "Budgets", "memory"), ("latency", "Latency", "latency"),
+    links = [("advice", "Advice", "advice"), ("accuracy", "Accuracy", "accuracy"), ("budgets", "Budgets", "memory"),
+             ("latency", "Latency", "latency"),
              ("placement", "Placement", None),
              ("partitions", "NPU partitions", "partitions"), ("memory", "Memory timeline", "memory")]
-    nav = "".join(f'<a href="#{anchor}">{text}</a>' for anchor, text, key in links if key is None or report.get(key))
+    ranked = bool((report.get("accuracy") or {}).get("layers"))  # the accuracy section shows the ranked layers
+    nav = "".join(f'<a href="#{anchor}">{text}</a>' for anchor, text, key in links
+                  if key is None or (ranked if key == "accuracy" else report.get(key)))
     title = f"imxrt report: {_e(report['target'])}"
     return ("<!DOCTYPE html>\n"
             f'<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">'

@@ -1,0 +1,82 @@
+"""The ranked per-layer SQNR: the layer that loses the most itself comes first, with the remedy its figures
+point to, even where the lowest cumulative SQNR is a later layer's."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import imxrt.runtime
+from imxrt.accuracy import evaluate
+from imxrt.pipeline import CompileOptions, compile
+from imxrt.report.advice import WORTH_FIXING_DB, layer_advice
+
+FEATURES = 16
+
+
+class ThreeLayers(nn.Module):
+    """a (no activation: its range is its calibration's), b with ReLU6 (its range bounded by the clamp), c."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(FEATURES, FEATURES), nn.Linear(FEATURES, FEATURES), nn.Linear(FEATURES, 4)
+        self.relu6 = nn.ReLU6()
+
+    def forward(self, x):
+        return self.c(self.relu6(self.b(self.a(x))))
+
+
+def _samples(count: int, seed: int) -> list[tuple[torch.Tensor]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [(torch.randn(1, FEATURES, generator=generator),) for _ in range(count)]
+
+
+def _evaluated(model: nn.Module, calibration: list) -> dict:
+    result = compile(model, calibration[0], "imxrt700", calibration, CompileOptions(show_progress=False))
+    data = [(inputs, 0) for inputs in _samples(48, seed=2)]
+    report = evaluate(model, imxrt.runtime.load(result.pte), data, calibration[0], quantized=result.quantized,
+                      show_progress=False)
+    return report.as_dict() | {"advice": report.advice, "lines": report.lines()}
+
+
+def test_a_range_stretched_by_one_outlier_sample_ranks_first_with_a_clipped_range():
+    """One calibration sample 100x the others stretches a's range 100x: its int8 step is far coarser than the
+    evaluated values need. b's clamp bounds its own range, so only a loses much itself."""
+    torch.manual_seed(0)
+    calibration = _samples(32, seed=1) + [(100 * _samples(1, seed=3)[0][0],)]
+    accuracy = _evaluated(ThreeLayers().eval(), calibration)
+    worst = accuracy["layers"][0]
+    assert worst["path"] == "a" and worst["op"] == "linear", accuracy["layers"]
+    assert worst["own_sqnr_db"] < WORTH_FIXING_DB and worst["own_sqnr_db"] < accuracy["layers"][1]["own_sqnr_db"] - 10
+    assert max(abs(v) for v in worst["range"]) > 4 * worst["p9999"] and worst["saturated"] == 0
+    (item,) = accuracy["advice"]
+    assert item["layer"] == "a" and item["cause"] == "outlier_range"
+    assert "--activation-ranges mse" in item["change"] and f"{worst['p9999']:.4g}" in item["why"]
+    assert any(line.lstrip().startswith("a ") for line in accuracy["lines"])  # the ranked table
+
+
+def test_weights_one_channel_stretches_rank_first_with_bias_correction():
+    """a's per-tensor weights with one output channel 50x the others: the others keep a few int8 levels. c
+    reads b, and b ignores a's wide channel, so nothing downstream inherits its range."""
+    torch.manual_seed(0)
+    model = ThreeLayers().eval()
+    with torch.no_grad():
+        model.a.weight[0] *= 50
+        model.b.weight[:, 0] = 0
+    accuracy = _evaluated(model, _samples(32, seed=1))
+    worst = accuracy["layers"][0]
+    assert worst["path"] == "a", accuracy["layers"]
+    assert worst["weight_sqnr_db"] < worst["output_sqnr_db"] - 3 and worst["weight_levels"] < 10
+    (item,) = accuracy["advice"]
+    assert item["cause"] == "weight_rounding" and "--bias-correction" in item["change"] and "a" in item["title"]
+
+
+def test_a_layer_losing_little_gets_no_remedy():
+    row = {"path": "fc", "op": "linear", "sqnr_db": 41.0, "own_sqnr_db": WORTH_FIXING_DB + 1, "output_sqnr_db": 45.0,
+           "weight_sqnr_db": 40.0, "scale": 0.1, "range": [-12.8, 12.7], "p9999": 10.0, "saturated": 0.0,
+           "weight_levels": 127}
+    assert layer_advice({"layers": [row]}) == []
+    assert layer_advice({"layers": [row | {"own_sqnr_db": 20.0, "weight_sqnr_db": 20.5, "output_sqnr_db": 21.0}
+                                    ]})[0]["cause"] == "int8_rounding"  # neither rounding dominates: QAT
+    saturating = row | {"own_sqnr_db": 20.0, "weight_sqnr_db": 40.0, "output_sqnr_db": 20.0, "saturated": 0.01}
+    assert layer_advice({"layers": [saturating]})[0]["cause"] == "saturation"

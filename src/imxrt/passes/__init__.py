@@ -20,6 +20,7 @@ from imxrt.passes.decompose_attention import DecomposeAttentionPass
 from imxrt.passes.decompose_gelu import DecomposeGeluPass
 from imxrt.passes.decompose_hardsigmoid import DecomposeHardsigmoidPass
 from imxrt.passes.decompose_layer_norm import DecomposeLayerNormPass
+from imxrt.passes.decompose_magnitude import DecomposeMagnitudePass
 from imxrt.passes.decompose_median import DecomposeMedianPass
 from imxrt.passes.decompose_silu import DecomposeSiluPass
 from imxrt.passes.decompose_square import DecomposeSquarePass
@@ -45,7 +46,8 @@ from imxrt.passes.unshare_parameters import UnshareParametersPass
 # batch norms fold before conv1d becomes conv2d, whose trailing squeeze would separate them, and before a
 # hardsigmoid folds into the conv (a BN between them would block it) and only the hardsigmoids left decompose;
 # a layer norm's affine map folds into the linear layers reading it before the norm decomposes (after that
-# it is a mul and an add no pass recognises);
+# it is a mul and an add no pass recognises); a 2-vector's magnitude becomes its largest projection before squares
+# become products (its pattern reads them in every form);
 # the decompositions go before scalar operands become constants; F.pad becomes the core op of its mode before
 # the 1-D conversions, which turn a 1-D reflection pad into the 2-D one; the squeezes the 1-D conversions leave
 # sink right after them, so a 1-D net's activations and pools meet on rank-4 values (adaptive max and 3-D pools
@@ -60,7 +62,8 @@ ATEN_PASSES = (FunctionalizeInPlacePass, RemoveNoOpsPass, FoldConstantsPass, Unr
                FoldBatchNormPass,
                FoldHardsigmoidPass, FoldLayerNormAffinePass, DecomposeLayerNormPass, DecomposeVectorNormPass,
                DecomposeGeluPass,
-               DecomposeHardsigmoidPass, DecomposeSiluPass, DecomposeSquarePass, ConvertPadToCoreOpPass,
+               DecomposeHardsigmoidPass, DecomposeSiluPass, DecomposeMagnitudePass, DecomposeSquarePass,
+               ConvertPadToCoreOpPass,
                ConvertConv1dToConv2dPass, Convert1dOpsTo2dPass, ConvertPoolsTo2dPass, SinkSqueezePass,
                DecomposeMedianPass, ConvertAddmmToLinearPass,
                DecomposeAttentionPass, ConvertMatmulToBmmPass, SinkBatchViewsPass, RescaleBatchMatmulOperandsPass,

@@ -7,8 +7,8 @@ a calibration split and a disjoint evaluation split (other sentences, voices, no
 | model | task | one evaluation sample | decision | error |
 |---|---|---|---|---|
 | silero_vad | voice activity, streaming LSTM | a 32 ms frame, utterances run frame by frame | p > 0.5 | abs(dp) |
-| pesto | pitch (last layer: 1040 taps over 657 inputs) | a voiced CQT frame | argmax, 384 bins | abs(d cents) |
-| crepe_tiny | pitch | a voiced 64 ms frame | argmax, 360 bins | abs(d cents) |
+| pesto | pitch (last layer: 1040 taps over 657 inputs) | a voiced CQT frame | pitch within 50 cents | abs(d cents) |
+| crepe_tiny | pitch | a voiced 64 ms frame | pitch within 50 cents | abs(d cents) |
 | mtcnn_pnet | face map, fully convolutional | an output location of a 120x160 tile | p(face) > 0.6 | abs(dp) |
 | mtcnn_rnet | face | a 24x24 crop (LFW face or not, photo crop) | p(face) > 0.7 | abs(dp) |
 | mtcnn_onet | face | a 48x48 crop (LFW face or not, photo crop) | p(face) > 0.7 | abs(dp) |
@@ -39,7 +39,8 @@ The same models and data from Python (the benchmarks folder on `sys.path`):
     calibration_set(name) -> list of input tuples
     evaluation_set(name, quick=False) -> the evaluation samples (silero_vad: one list of frames per utterance;
                                           the others: a list of input tuples)
-    agreement(name, run_float, run_int8, quick=False) -> Agreement(samples, agreement, error, error_unit, positive)
+    agreement(name, run_float, run_int8, quick=False) -> Agreement(samples, agreement, error, error_unit, positive,
+                                                                   same_argmax)
 
 where `run_*(inputs)` takes one input tuple and returns the model's outputs as numpy arrays in order (what
 `imxrt.runtime.load(pte).forward` returns).
@@ -83,6 +84,7 @@ class Agreement:
     error: float  # mean continuous error
     error_unit: str
     positive: float | None = None  # fraction of the float model's decisions that are positive (binary tasks)
+    same_argmax: float | None = None  # pitch: fraction of frames with the float model's argmax bin
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -185,6 +187,7 @@ VOICED = 0.5  # the packages' own voicing score over which a speech frame counts
 CREPE_HOP = 160  # 10 ms at 16 kHz, torchcrepe's default
 CREPE_CENTS_OFFSET = 1997.3794084376191  # torchcrepe.convert.bins_to_cents: cents of bin 0
 CREPE_LOCAL_BINS = 4  # torchcrepe.decode.weighted_argmax: argmax +- 4 bins
+PITCH_AGREES_CENTS = 50.0  # two pitches within a quarter tone are the same decision
 
 
 def _pitch_frames(name: str, split: str, keep_unvoiced: bool) -> list[Inputs]:
@@ -258,8 +261,13 @@ def _pitch_agreement(name: str, run_float: Runner, run_int8: Runner, quick: bool
     reference = np.concatenate([run_float(inputs)[0] for inputs in samples]).astype(np.float64)
     measured = np.concatenate([run_int8(inputs)[0] for inputs in samples]).astype(np.float64)
     cents = _CENTS[name]
-    return Agreement(samples=len(samples), agreement=float(np.mean(reference.argmax(1) == measured.argmax(1))),
-                     error=float(np.mean(np.abs(cents(reference) - cents(measured)))), error_unit="|dcents|")
+    error = np.abs(cents(reference) - cents(measured))
+    # the decision is the pitch decoded as the package decodes it, agreeing within a quarter tone (MIR's raw
+    # pitch accuracy threshold): the argmax bin alone flips between neighbours of near-equal activation
+    # (CREPE's int8 sigmoid outputs tie at 1 - 1/256) without moving the pitch
+    return Agreement(samples=len(samples), agreement=float(np.mean(error < PITCH_AGREES_CENTS)),
+                     error=float(np.mean(error)), error_unit="|dcents|",
+                     same_argmax=float(np.mean(reference.argmax(1) == measured.argmax(1))))
 
 
 # ----------------------------------------------------------------------------------------------------

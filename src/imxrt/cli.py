@@ -73,6 +73,13 @@ def _parser() -> argparse.ArgumentParser:
     compile_.add_argument("--io", default="float", choices=("float", "int8"),
                           help="model inputs and outputs: float (default; the program quantizes them) or int8 "
                                "(the program takes and returns the int8 tensors, no float I/O in the arena)")
+    compile_.add_argument("--activation-ranges", default="minmax", choices=("minmax", "mse"),
+                          help="how calibration sets each activation's int8 range: minmax (default; the widest "
+                               "values seen) or mse (the range of least int8 rounding-plus-clipping error over a "
+                               "histogram of the values seen: narrower where rare values stretch it)")
+    compile_.add_argument("--bias-correction", action="store_true",
+                          help="after calibration, each conv / linear bias takes back the mean shift its int8 "
+                               "weight rounding causes on the calibration data")
     compile_.add_argument("--cell-state", default="float", choices=("float", "int8"),
                           help="an LSTM's cell state: float (default; its update and tanh in float on the CPU "
                                "between the int8 gates, a few more kernel calls per step) or int8 (one scale "
@@ -215,6 +222,8 @@ def _compile(args: argparse.Namespace) -> int:
         sram_budget=parse_bytes("--sram-budget", args.sram_budget),
         io=args.io,
         cell_state=args.cell_state,
+        activation_ranges=args.activation_ranges,
+        bias_correction=args.bias_correction,
     )
     calibration, kept = source.calibration, [source.example_inputs]
     if args.bundle is not None and calibration is not None:  # the first samples, kept for the bundle's inputs

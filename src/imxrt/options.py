@@ -38,6 +38,9 @@ class CompileOptions:
     # how PTQ picks each activation's int8 range from the calibration data: "minmax" (the widest seen) or
     # "mse" (the range of least int8 rounding-plus-clipping error over a histogram of the values seen)
     activation_ranges: str = "minmax"
+    # after calibration, each conv / linear bias takes back the mean shift its int8 weight rounding causes
+    # (ΔW · E[x] over the calibration data)
+    bias_correction: bool = False
 
     @property
     def converter(self) -> eiq.ConverterOptions:

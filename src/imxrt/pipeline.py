@@ -42,6 +42,7 @@ from imxrt.profiling.instructions import instruction_table
 from imxrt.profiling.provenance import trim_history
 from imxrt.quantization import ImxrtQuantizer, calibrate, rules
 from imxrt.quantization import qat as qat_module
+from imxrt.quantization.bias_correction import BiasCorrection
 from imxrt.quantization.convert import convert_and_export
 from imxrt.report import logit_steps, placement
 from imxrt.report.advice import advise
@@ -218,7 +219,10 @@ def quantize(
         calibration = [example_inputs]
     if options.calibration_samples is not None:
         calibration = itertools.islice(calibration, options.calibration_samples)
+    correction = BiasCorrection(prepared) if options.bias_correction else None
     calibrate(prepared, calibration, total=options.calibration_samples, show_progress=options.show_progress)
+    if correction is not None:
+        correction.apply()
     return convert_and_export(prepared, example_inputs)
 
 

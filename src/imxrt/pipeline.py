@@ -84,18 +84,17 @@ def compile(
     seconds: dict[str, float] = {}
     with _timed(seconds, "export"):
         exported = export_for_qat(model, example_inputs) if qat is not None else export(model, example_inputs)
-    gaps = logit_steps.DecisionGaps.of(exported) if qat is None else None  # what argmax/softmax decide on
+    gaps = logit_steps.DecisionGaps() if qat is None else None  # what argmax/softmax decide on, as calibrated
     with _timed(seconds, "quantize"):
         if qat is not None:
             prepared = qat_module.prepare(exported, example_inputs, target)
             _train(qat, prepared)
             quantized = qat_module.convert(prepared, example_inputs)
         else:
-            watched = gaps.watching(calibration) if gaps is not None and calibration is not None else calibration
-            quantized = quantize(exported, example_inputs, watched, options, target)
+            quantized = quantize(exported, example_inputs, calibration, options, target, gaps)
     result = _compile_quantized(quantized, target, options, seconds)
     if gaps is not None:
-        logit_steps.add_to_report(result.report, gaps, quantized, example_inputs)
+        logit_steps.add_to_report(result.report, gaps)
     return result
 
 
@@ -206,9 +205,11 @@ def quantize(
     calibration: Iterable[Sequence[torch.Tensor]] | None,
     options: CompileOptions,
     target: Target | None = None,
+    gaps: logit_steps.DecisionGaps | None = None,
 ) -> ExportedProgram:
     """Graph passes, then pt2e int8 PTQ with ``ImxrtQuantizer`` (the target's rules; default: the
-    i.MX RT700's); returns the re-exported int8 program."""
+    i.MX RT700's); returns the re-exported int8 program. ``gaps``: measures, as calibration runs, the
+    decisions int8 steps may flip."""
     graph_module = run_aten_passes(exported.module(check_guards=False), npu=_has_npu(target),
                                    qparam_flow=rules.qparam_flow(rules.devices_of(target)), rolled=True,
                                    float_cell_state=options.cell_state == "float")
@@ -220,7 +221,11 @@ def quantize(
     if options.calibration_samples is not None:
         calibration = itertools.islice(calibration, options.calibration_samples)
     correction = BiasCorrection(prepared) if options.bias_correction else None
+    if gaps is not None:
+        gaps.watch(prepared)
     calibrate(prepared, calibration, total=options.calibration_samples, show_progress=options.show_progress)
+    if gaps is not None:
+        gaps.stop()
     if correction is not None:
         correction.apply()
     return convert_and_export(prepared, example_inputs)

@@ -2,27 +2,22 @@
 gaps that decide it (``report.json`` ``warnings``, an ``advice`` item, a line of the compile summary).
 
 A deciding tensor is the input of a softmax, log_softmax, argmax or amax in the graph, or a model output whose
-last dim holds 2 or more values (logits a user takes the argmax of). On every calibration sample the float
-program gives the gap between the largest and the second largest value of each decision row (each position
-along the other dims); the tensor's int8 step is its scale in the quantized program. A row whose gap is below
-one step can change its decision on rounding alone: when more than ``CLOSE_SHARE`` of the rows do, the
-tensor is reported with the step, the share and the remedies.
-
-The float program runs once per calibration sample, only for models that have a deciding tensor, as the
-samples pass on to calibration (a generator of samples is read once).
+last dim holds 2 or more values (logits a user takes the argmax of). While calibration runs, a hook on the
+observer of each deciding tensor takes the gap between the largest and the second largest value of each
+decision row (each position along the other dims): no forward of its own. The tensor's int8 step is that
+observer's scale once calibrated. A row whose gap is below one step can change its decision on rounding
+alone: when more than ``CLOSE_SHARE`` of the rows do, the tensor is reported with the step, the share and the
+remedies.
 """
 
 from __future__ import annotations
 
-import copy
-import time
-from collections.abc import Iterable, Iterator
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch.export import ExportedProgram
-from torch.export.graph_signature import OutputKind
+from torch.fx import GraphModule, Node
 
 from imxrt.report.names import module_of
 
@@ -43,13 +38,13 @@ OUTPUT = "output"
 
 @dataclass(frozen=True)
 class Decider:
-    """A tensor a decision reads: the input of the ``index``-th ``kind`` op of the graph, or model output
-    ``index`` (kind ``output``), decided along ``dims`` (``None``: the whole tensor is one decision)."""
+    """A tensor a decision reads: the input of a ``kind`` op (``node``), or model output ``index`` (kind
+    ``output``), decided along ``dims`` (``None``: the whole tensor is one decision)."""
 
     kind: str
     index: int
     dims: tuple[int, ...] | None
-    node: str  # the float program's node that decides
+    node: str  # the node that decides (the op, or the op whose value is the output)
     module: str  # the PyTorch module it came from ("" for the model's own forward)
 
     @property
@@ -61,86 +56,72 @@ class Decider:
 
 
 class DecisionGaps:
-    """The gap of every decision row of each deciding tensor on the samples ``record`` was given."""
+    """The gap of every decision row of each deciding tensor of an observed (prepared) model, over the
+    samples calibration runs; ``watch`` before calibrating, ``stop`` after."""
 
-    def __init__(self, exported: ExportedProgram, deciders: list[Decider], values: list[torch.fx.Node],
-                 counts: dict[str, int]):
-        self.deciders = deciders
-        self.counts = counts  # ops of each deciding kind in the float program
-        self.gaps: list[list[np.ndarray]] = [[] for _ in deciders]
+    def __init__(self):
+        self.deciders: list[Decider] = []
+        self.gaps: list[list[np.ndarray]] = []
+        self.steps: list[float | None] = []
         self.samples = 0
-        start = time.perf_counter()
-        graph_module = exported.module(check_guards=False)
-        graph = copy.deepcopy(graph_module.graph)
-        graph._codegen = torch.fx.graph.CodeGen()  # flat inputs and outputs
-        by_name = {node.name: node for node in graph.nodes}
-        graph.output_node().args = (tuple(by_name[node.name] for node in values),)
-        graph.eliminate_dead_code()
-        # its own weights: calibration casts the parameters it shares with the exported program to float64
-        self.module = copy.deepcopy(torch.fx.GraphModule(graph_module, graph))
-        self.seconds = time.perf_counter() - start  # this and the float runs: the whole cost of the check
+        self._observers: list[torch.nn.Module] = []
+        self._handles: list = []
 
-    @classmethod
-    def of(cls, exported: ExportedProgram) -> DecisionGaps | None:
-        """The deciding tensors of the float ``exported`` program; ``None`` when it has none (then nothing runs)."""
-        deciders, values = [], []
+    def watch(self, prepared: GraphModule) -> DecisionGaps:
+        """Hook the observer of every deciding tensor of ``prepared`` (none: nothing runs)."""
+        modules = dict(prepared.named_modules())
         counts: dict[str, int] = {}
-        for node in exported.graph.nodes:
-            if node.op != "call_function" or node.target not in _DECIDERS or not isinstance(node.args[0],
-                                                                                            torch.fx.Node):
+        for node in prepared.graph.nodes:
+            if node.op != "call_function" or node.target not in _DECIDERS:
                 continue
             kind, dim_at = _DECIDERS[node.target]
-            index = counts.get(kind, 0)
-            counts[kind] = index + 1
-            value = node.args[0].meta.get("val")
-            if not isinstance(value, torch.Tensor) or not value.dtype.is_floating_point:
-                continue
-            dims = _dims(node.args[dim_at] if len(node.args) > dim_at else node.kwargs.get("dim"), value.dim())
-            deciders.append(Decider(kind, index, dims, node.name, module_of(node).get("module", "")))
-            values.append(node.args[0])
-        for index, node in enumerate(_user_outputs(exported)):
-            value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-            if isinstance(value, torch.Tensor) and value.dtype.is_floating_point and value.dim() >= 1 \
-                    and value.shape[-1] >= 2:
-                deciders.append(Decider(OUTPUT, index, (value.dim() - 1,), node.name,
-                                        module_of(node).get("module", "")))
-                values.append(node)
-        return cls(exported, deciders, values, counts) if deciders else None
+            counts[kind] = counts.get(kind, 0) + 1
+            value = _value(node.args[0])
+            dims = _dims(node.args[dim_at] if len(node.args) > dim_at else node.kwargs.get("dim"),
+                         value.dim()) if isinstance(value, torch.Tensor) else None
+            self._add(Decider(kind, counts[kind] - 1, dims, node.name, module_of(node).get("module", "")),
+                      node.args[0], modules)
+        outputs = prepared.graph.output_node().args[0]
+        for index, value in enumerate(outputs if isinstance(outputs, (list, tuple)) else [outputs]):
+            tensor = _value(value)
+            if isinstance(tensor, torch.Tensor) and tensor.dim() >= 1 and tensor.shape[-1] >= 2:
+                source = value.args[0] if value.op == "call_module" and value.args else value
+                self._add(Decider(OUTPUT, index, (tensor.dim() - 1,), getattr(source, "name", value.name),
+                                  module_of(source).get("module", "") if isinstance(source, Node) else ""),
+                          value, modules)
+        return self
 
-    def watching(self, samples: Iterable) -> Iterator:
-        """``samples`` as they are, each recorded on its way (before it is passed on: a reader may stop early)."""
-        for sample in samples:
-            self.record(sample)
-            yield sample
-
-    def record(self, sample) -> None:
-        """The decision gaps of one sample; a sample the model cannot take is left to calibration to refuse."""
-        inputs = tuple(sample) if isinstance(sample, (list, tuple)) else (sample,)
-        if not all(isinstance(x, torch.Tensor) for x in inputs):
+    def _add(self, decider: Decider, value: object, modules: dict) -> None:
+        """Follow ``decider``'s tensor to the observer that calibrates it; a float value has none."""
+        observer = modules.get(value.target) if isinstance(value, Node) and value.op == "call_module" else None
+        if observer is None or not hasattr(observer, "calculate_qparams"):
             return
-        start = time.perf_counter()
-        try:
-            values = self._run(inputs)
-        except Exception:  # noqa: BLE001  calibration runs the same sample and says what is wrong with it
+        tensor = _value(value)
+        if not isinstance(tensor, torch.Tensor) or not tensor.dtype.is_floating_point:
             return
-        for gaps, decider, value in zip(self.gaps, self.deciders, values, strict=True):
-            gaps.append(_gaps(value, decider.dims))
-        self.samples += 1
-        self.seconds += time.perf_counter() - start
+        position = len(self.deciders)
+        self.deciders.append(decider)
+        self.gaps.append([])
+        self._observers.append(observer)
+        self._handles.append(observer.register_forward_hook(functools.partial(self._record, observer, position)))
 
-    def _run(self, inputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
-        # float32, as exported: float64 convolutions ran 500x slower (no vectorised kernel), seconds a sample
-        with torch.no_grad():
-            return list(self.module(*inputs))
+    def _record(self, observer: torch.nn.Module, position: int, module: torch.nn.Module, args: tuple, output):
+        if module is observer and args and isinstance(args[0], torch.Tensor):  # not a copy's (deepcopy keeps hooks)
+            self.gaps[position].append(_gaps(args[0], self.deciders[position].dims))
+            self.samples = max(self.samples, len(self.gaps[position]))
 
-    def warnings(self, quantized: ExportedProgram) -> list[dict]:
-        """One entry per deciding tensor with more than ``CLOSE_SHARE`` of its rows closer than its int8 step
-        in ``quantized`` (a tensor the program keeps in float has no step and is not reported)."""
-        steps = _steps(quantized, self.counts)
+    def stop(self) -> None:
+        """Remove the hooks and read each deciding tensor's int8 step off its calibrated observer."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self.steps = [float(observer.calculate_qparams()[0].reshape(-1)[0]) for observer in self._observers]
+
+    def warnings(self) -> list[dict]:
+        """One entry per deciding tensor with more than ``CLOSE_SHARE`` of its rows closer than its step."""
         found = []
-        for decider, gaps in zip(self.deciders, self.gaps, strict=True):
-            step = steps.get((decider.kind, decider.index))
-            if step is None or not gaps:
+        for decider, gaps, step in zip(self.deciders, self.gaps, self.steps, strict=True):
+            if not gaps:
                 continue
             gap = np.concatenate(gaps)
             close = int(np.count_nonzero(gap < step))
@@ -155,11 +136,18 @@ class DecisionGaps:
                 "rows": int(gap.size),
                 "close_rows": close,
                 "close_share": close / gap.size,
-                # 3 digits: a float32 sum's last bits move with the thread count, the report must not
                 "median_gap": float(f"{np.median(gap):.3g}"),
-                "samples": self.samples,
+                "samples": len(gaps),
             })
         return found
+
+
+def _value(node: object) -> torch.Tensor | None:
+    """The value ``node`` stands for (an observer call passes on the value of what it observes)."""
+    if isinstance(node, Node) and node.op == "call_module" and node.args:
+        node = node.args[0]
+    value = node.meta.get("val") if isinstance(node, Node) else None
+    return value if isinstance(value, torch.Tensor) else None
 
 
 def _dims(dim, rank: int) -> tuple[int, ...] | None:
@@ -181,40 +169,6 @@ def _gaps(value: torch.Tensor, dims: tuple[int, ...] | None) -> np.ndarray:
         return np.zeros(0)
     top = rows.topk(2, dim=1).values
     return (top[:, 0] - top[:, 1]).numpy()
-
-
-def _user_outputs(program: ExportedProgram) -> list:
-    outputs = program.graph.output_node().args[0]
-    kinds = [spec.kind for spec in program.graph_signature.output_specs]
-    return [node for node, kind in zip(outputs, kinds, strict=True) if kind == OutputKind.USER_OUTPUT]
-
-
-def _steps(quantized: ExportedProgram, counts: dict[str, int]) -> dict[tuple[str, int], float]:
-    """The int8 step of each deciding tensor of the quantized program, keyed as the float program's deciders:
-    the scale of the dequantize it is read from. The quantized program's passes keep these ops in order; a
-    kind whose count changed is left unmatched rather than matched wrongly."""
-    steps: dict[tuple[str, int], float] = {}
-    by_kind: dict[str, list[torch.fx.Node]] = {}
-    for node in quantized.graph.nodes:
-        if node.op == "call_function" and node.target in _DECIDERS:
-            by_kind.setdefault(_DECIDERS[node.target][0], []).append(node)
-    for kind, nodes in by_kind.items():
-        if len(nodes) != counts.get(kind, 0):
-            continue
-        for index, node in enumerate(nodes):
-            if _is_dequantize_per_tensor(node.args[0]):
-                steps[(kind, index)] = float(node.args[0].args[1])
-    for index, node in enumerate(_user_outputs(quantized)):
-        if _is_dequantize_per_tensor(node):
-            steps[(OUTPUT, index)] = float(node.args[1])
-    return steps
-
-
-def _is_dequantize_per_tensor(node) -> bool:
-    """A per-tensor dequantize of the quantized (aten) program, whose scale is the tensor's int8 step."""
-    return isinstance(node, torch.fx.Node) and node.op == "call_function" and \
-        node.target is torch.ops.quantized_decomposed.dequantize_per_tensor.default and \
-        not isinstance(node.args[1], torch.fx.Node)
 
 
 def advice(warning: dict) -> dict:
@@ -243,12 +197,8 @@ def warning_lines(report: dict) -> list[str]:
             if w["kind"] == "coarse_decision_step"]
 
 
-def add_to_report(report: dict, gaps: DecisionGaps, quantized: ExportedProgram,
-                  example_inputs: tuple[torch.Tensor, ...]) -> None:
-    """``report["warnings"]`` and their advice items (first: a wrong answer outweighs a slow one). Calibrated
-    on the example inputs (no calibration data), the gaps are measured on those."""
-    if gaps.samples == 0:
-        gaps.record(example_inputs)
-    found = gaps.warnings(quantized)
+def add_to_report(report: dict, gaps: DecisionGaps) -> None:
+    """``report["warnings"]`` and their advice items (first: a wrong answer outweighs a slow one)."""
+    found = gaps.warnings()
     report["warnings"] = found
     report["advice"] = [advice(w) for w in found] + report["advice"]

@@ -250,18 +250,12 @@ def depthwise_conv2d_by_taps(input, weight, bias=None, stride=(1, 1), padding=(0
     padded = torch.nn.functional.pad(input, (pad_x, pad_x, pad_y, pad_y))
     out_h = (padded.shape[2] - dilation_y * (kernel_h - 1) - 1) // stride_y + 1
     out_w = (padded.shape[3] - dilation_x * (kernel_w - 1) - 1) // stride_x + 1
-    out, term = None, None
+    out = None
     for filter_y in range(kernel_h):
         for filter_x in range(kernel_w):
             top, left = filter_y * dilation_y, filter_x * dilation_x
             window = padded[:, :, top:top + stride_y * (out_h - 1) + 1:stride_y,
                             left:left + stride_x * (out_w - 1) + 1:stride_x]
-            tap = weight[:, 0, filter_y, filter_x].view(1, channels, 1, 1)
-            if out is None:
-                out = window * tap
-                term = torch.empty_like(out)
-            else:
-                out.add_(torch.mul(window, tap, out=term))
-    if bias is not None:
-        out.add_(bias.view(1, channels, 1, 1))
-    return out
+            term = window * weight[:, 0, filter_y, filter_x].view(1, channels, 1, 1)
+            out = term if out is None else out + term  # out of place: the recipe calibrates with autograd on
+    return out if bias is None else out + bias.view(1, channels, 1, 1)

@@ -102,7 +102,7 @@ _WIDENED = "imxrt_widened"  # GraphModule.meta: what ``widen`` changed, for ``na
 @dataclass(frozen=True)
 class _Widened:
     casts: list[torch.fx.Node]  # the casts after the float32 inputs
-    depthwise_convs: list[torch.fx.Node]  # the convolutions run by ``depthwise_conv2d_by_taps`` meanwhile
+    depthwise_convs: list[torch.fx.Node]  # the grouped conv2d nodes ``depthwise_conv2d_by_taps`` runs meanwhile
 
 
 def widen(observed: torch.fx.GraphModule, tried: bool = True) -> torch.fx.GraphModule:

@@ -6,6 +6,11 @@ count or SIMD level (OMP_NUM_THREADS=1, ATEN_CPU_CAPABILITY=default): a float32 
 its order. In float64 that noise lies far below float32's resolution, so the rounded ranges are the same on
 every machine. A model that cannot run in float64 (an op with a float32 constant it cannot mix) calibrates
 in float32, as before.
+
+PyTorch has no float64 kernel for a depthwise convolution: it runs one convolution per channel (7,000 calls a
+MobileNetV2 sample, most of a float64 pass). While widened, each depthwise convolution runs as a sum over its
+kernel's taps instead (``depthwise_conv2d_by_taps``): one multiply and one add of whole tensors per tap,
+correctly rounded float64 operations whose results do not depend on the thread count or SIMD level either.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import torch
 from tqdm import tqdm
@@ -35,17 +41,17 @@ def calibrate(
     A sample holding NaN or Inf is refused: the observers skip non-finite values (the model's own), so they
     would silently calibrate on the rest of it."""
     count = 0
-    widen(observed)
+    widen(observed, tried=False)  # the first sample is the trial: no separate float64 run on a copy
     try:
         with torch.no_grad():
             for index, sample in tqdm(read_samples(samples, "calibration"), total=total, desc="calibrating",
                                       unit="sample", disable=not show_progress, leave=False):
                 sample = tuple(sample) if isinstance(sample, (list, tuple)) else (sample,)
                 check_finite_sample(f"calibration sample {index}", sample)
-                try:
-                    run_loops(observed, *sample)
-                except Exception as e:  # a user's calibration tuple that does not fit the model
-                    raise BadModel(f"calibration sample {index} could not be run: {e}") from e
+                if index == 0 and _WIDENED in observed.meta:
+                    _run_first_sample_widened(observed, sample)
+                else:
+                    _run_sample(observed, index, sample)
                 count = index + 1
     finally:
         narrow(observed)
@@ -55,14 +61,56 @@ def calibrate(
     return count
 
 
-_WIDENED = "imxrt_widened_inputs"  # GraphModule.meta: the casts ``widen`` put after the float32 inputs
+def _run_sample(observed: torch.fx.GraphModule, index: int, sample: tuple) -> None:
+    try:
+        run_loops(observed, *sample)
+    except Exception as e:  # a user's calibration tuple that does not fit the model
+        raise BadModel(f"calibration sample {index} could not be run: {e}") from e
 
 
-def widen(observed: torch.fx.GraphModule) -> torch.fx.GraphModule:
+def _run_first_sample_widened(observed: torch.fx.GraphModule, sample: tuple) -> None:
+    """The first sample through the widened model; should it not run in float64, the observers are put back
+    as they were before it, the model narrowed, and the sample run in float32 (as ``widen``'s trial run on
+    zeros would have decided)."""
+    before = _observer_buffers(observed)
+    try:
+        run_loops(observed, *sample)
+        return
+    except Exception as e:  # noqa: BLE001  (any failure means: try float32; a sample that does not fit fails there)
+        failure = e
+    _restore_observer_buffers(observed, before)
+    narrow(observed)
+    _run_sample(observed, 0, sample)
+    log.info("calibrating in float32: the model does not run in float64 (%s)", failure)
+
+
+def _observer_buffers(observed: torch.fx.GraphModule) -> dict[str, dict[str, torch.Tensor]]:
+    """A copy of the buffers (the ranges seen so far) of every module the graph calls: its observers."""
+    targets = {node.target for node in observed.graph.nodes if node.op == "call_module"}
+    return {target: {name: buffer.clone() for name, buffer in observed.get_submodule(target)._buffers.items()
+                     if buffer is not None} for target in sorted(targets)}
+
+
+def _restore_observer_buffers(observed: torch.fx.GraphModule, saved: dict[str, dict[str, torch.Tensor]]) -> None:
+    for target, buffers in saved.items():
+        observed.get_submodule(target)._buffers.update(buffers)
+
+
+_WIDENED = "imxrt_widened"  # GraphModule.meta: what ``widen`` changed, for ``narrow`` to undo
+
+
+@dataclass(frozen=True)
+class _Widened:
+    casts: list[torch.fx.Node]  # the casts after the float32 inputs
+    depthwise_convs: list[torch.fx.Node]  # the grouped conv2d nodes ``depthwise_conv2d_by_taps`` runs meanwhile
+
+
+def widen(observed: torch.fx.GraphModule, tried: bool = True) -> torch.fx.GraphModule:
     """The observed model in float64, in place: its parameters and buffers, and a cast after each float32
-    input, so it still takes the user's float32 samples. Left as it is when it does not run in float64 (or is
-    not all float32). ExecuTorch's export recipe runs it after ``prepare_pt2e`` (a post-prepare pass)."""
-    if _WIDENED in observed.meta or not _runs_in_float64(observed):
+    input, so it still takes the user's float32 samples. Left as it is when it is not all float32, or, when
+    ``tried``, does not run in float64 on zeros (``calibrate`` tries its first sample instead). ExecuTorch's
+    export recipe runs it after ``prepare_pt2e`` (a post-prepare pass)."""
+    if _WIDENED in observed.meta or not _all_float32(observed) or (tried and not _runs_in_float64(observed)):
         return observed
     casts = []
     graph = observed.graph
@@ -74,8 +122,12 @@ def widen(observed: torch.fx.GraphModule) -> torch.fx.GraphModule:
             cast = graph.call_function(torch.ops.aten._to_copy.default, (placeholder,), {"dtype": torch.float64})
         placeholder.replace_all_uses_with(cast, delete_user_cb=lambda user, cast=cast: user is not cast)
         casts.append(cast)
+    depthwise_convs = [n for n in graph.nodes if n.op == "call_function" and n.target is _CONV2D
+                       and _conv2d_arguments(*n.args, **n.kwargs)["groups"] > 1]
+    for conv in depthwise_convs:
+        conv.target = depthwise_conv2d_by_taps
     observed.to(torch.float64)
-    observed.meta[_WIDENED] = casts
+    observed.meta[_WIDENED] = _Widened(casts, depthwise_convs)
     observed.recompile()
     return observed
 
@@ -83,12 +135,14 @@ def widen(observed: torch.fx.GraphModule) -> torch.fx.GraphModule:
 def narrow(observed: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Undo ``widen``: the casts removed, parameters, buffers and the observers' ranges back in float32
     (rounded: what the quantized model computes with). ExecuTorch's recipe runs it before ``convert_pt2e``."""
-    casts = observed.meta.pop(_WIDENED, None)
-    if casts is None:
+    widened = observed.meta.pop(_WIDENED, None)
+    if widened is None:
         return observed
-    for cast in casts:
+    for cast in widened.casts:
         cast.replace_all_uses_with(cast.args[0])
         observed.graph.erase_node(cast)
+    for conv in widened.depthwise_convs:
+        conv.target = _CONV2D
     observed.to(torch.float32)
     observed.recompile()
     return observed
@@ -141,12 +195,16 @@ def _input_observers(value: object, modules: dict) -> list[torch.nn.Module]:
     return found
 
 
+def _all_float32(observed: torch.fx.GraphModule) -> bool:
+    """Whether every float parameter and buffer is float32: a float64 or half model's weights would change by
+    widening and narrowing back."""
+    tensors = [*observed.parameters(), *observed.buffers()]
+    return not any(t.is_floating_point() and t.dtype != torch.float32 for t in tensors)
+
+
 def _runs_in_float64(observed: torch.fx.GraphModule) -> bool:
     """Whether a float64 copy of the observed model runs on zeros of its inputs' shapes (the copy's
     observers are thrown away with it)."""
-    tensors = [*observed.parameters(), *observed.buffers()]
-    if any(t.is_floating_point() and t.dtype != torch.float32 for t in tensors):
-        return False  # a float64 or half model: widening and narrowing back would change its weights
     inputs = []
     for placeholder in (n for n in observed.graph.nodes if n.op == "placeholder"):
         value = placeholder.meta.get("val")
@@ -161,3 +219,43 @@ def _runs_in_float64(observed: torch.fx.GraphModule) -> bool:
         log.info("calibrating in float32: the model does not run in float64 (%s)", e)
         return False
     return True
+
+
+_CONV2D = torch.ops.aten.conv2d.default
+
+
+def _conv2d_arguments(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1) -> dict:
+    """``aten.conv2d``'s arguments by name, its defaults filled in."""
+    return {"input": input, "weight": weight, "bias": bias, "stride": stride, "padding": padding,
+            "dilation": dilation, "groups": groups}
+
+
+def _pair(value) -> tuple[int, int]:
+    """A conv2d size argument as (y, x): one number stands for both."""
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    return values[0], values[-1]
+
+
+def depthwise_conv2d_by_taps(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    """``aten.conv2d`` (same arguments) with a depthwise convolution computed as the sum of its taps:
+    ``out[n, o] = bias[o] + sum over (ky, kx) of weight[o, 0, ky, kx] * padded[n, o // m, y*sy + ky*dy, x*sx + kx*dx]``
+    (``m`` output channels per input channel), taps in row-major order. Any other convolution (grouped with
+    several input channels per group, unbatched) runs ``aten.conv2d`` itself."""
+    if groups != input.shape[1] or weight.shape[1] != 1 or input.dim() != 4:
+        return _CONV2D(input, weight, bias, stride, padding, dilation, groups)
+    (stride_y, stride_x), (pad_y, pad_x), (dilation_y, dilation_x) = map(_pair, (stride, padding, dilation))
+    channels, _, kernel_h, kernel_w = weight.shape
+    if channels != groups:  # a channel multiplier: output channel o reads input channel o // m
+        input = input.repeat_interleave(channels // groups, dim=1)
+    padded = torch.nn.functional.pad(input, (pad_x, pad_x, pad_y, pad_y))
+    out_h = (padded.shape[2] - dilation_y * (kernel_h - 1) - 1) // stride_y + 1
+    out_w = (padded.shape[3] - dilation_x * (kernel_w - 1) - 1) // stride_x + 1
+    out = None
+    for filter_y in range(kernel_h):
+        for filter_x in range(kernel_w):
+            top, left = filter_y * dilation_y, filter_x * dilation_x
+            window = padded[:, :, top:top + stride_y * (out_h - 1) + 1:stride_y,
+                            left:left + stride_x * (out_w - 1) + 1:stride_x]
+            term = window * weight[:, 0, filter_y, filter_x].view(1, channels, 1, 1)
+            out = term if out is None else out + term  # out of place: the recipe calibrates with autograd on
+    return out if bias is None else out + bias.view(1, channels, 1, 1)

@@ -31,9 +31,10 @@ class CompileOptions:
     neutron_profiling: bool = False  # profiling microcode + npu/partition_<i>.kernels.json (kernel -> edge ops)
     sram_budget: int | None = None  # bytes of SRAM the program may use; None: the target's SRAM
     io: str = "float"  # "int8": the program takes and returns the int8 tensors (no float I/O is planned)
-    # an LSTM's cell state: "float" (its update, c = f c + i g, and tanh(c) in float on the CPU between the
-    # int8 gates: a few more kernel calls per step; an int8 one loses accuracy, as TFLite's int8 LSTM keeps
-    # its cell state in int16), or "int8" (one scale across its steps: the step all int8)
+    # an LSTM's (and LSTMCell's) cell state: "float" (its update, c = f c + i g, and tanh(c) in float on the CPU
+    # between the int8 gates, a state given and returned by the model crossing its boundary in float: a few more
+    # kernel calls per step; an int8 one loses accuracy, as TFLite's int8 LSTM keeps its cell state in int16),
+    # or "int8" (one scale across its steps: the step all int8)
     cell_state: str = "float"
     # how PTQ picks each activation's int8 range from the calibration data: "minmax" (the widest seen) or
     # "mse" (the range of least int8 rounding-plus-clipping error over a histogram of the values seen)

@@ -459,9 +459,11 @@ def _replace_outputs(gm: GraphModule, node: Node, steps: _Steps, outputs: _StepO
     gm.graph.erase_node(node)
 
 
-def _unroll_cell(gm: GraphModule, node: Node, projections: dict[tuple[str, Node], Node]) -> bool:
+def _unroll_cell(gm: GraphModule, node: Node, projections: dict[tuple[str, Node], Node], float_cell: bool = False
+                 ) -> bool:
     """Unroll one GRU / LSTM / RNN cell call; False (left whole) for an unbatched one. ``projections``: the input
-    projections made so far, per cell and sequence tensor (``_input_parts``)."""
+    projections made so far, per cell and sequence tensor (``_input_parts``); ``float_cell``: an LSTM cell's
+    update and tanh(c) stay float."""
     kind = _CELLS[node.target]
     x, state, *params = node.args
     params = [p for p in params if p is not None]
@@ -472,7 +474,8 @@ def _unroll_cell(gm: GraphModule, node: Node, projections: dict[tuple[str, Node]
     hidden = weights.hidden
     with gm.graph.inserting_before(node):
         # the steps of one cell share W_hh, hence a name: one state scale and one set of constants
-        steps = _Steps(gm, node, kind, _layer_name(node) if node.meta.get("nn_module_stack") else params[1].name)
+        steps = _Steps(gm, node, kind, _layer_name(node) if node.meta.get("nn_module_stack") else params[1].name,
+                       float_cell)
         w_hh_nodes = [_cell_constant(steps, f"w_hh{i}", w) for i, w in enumerate(weights.w_hh_parts)]
         if kind == "gru":
             x_rz, x_n = _input_parts(steps, x, weights, projections)
@@ -553,5 +556,5 @@ class UnrollRecurrentLayersPass(PassBase):
             if node.target in _SEQUENCES:
                 modified |= _unroll_sequence(gm, node, self.rolled, self.float_cell_state)
             elif node.target in _CELLS:
-                modified |= _unroll_cell(gm, node, projections)
+                modified |= _unroll_cell(gm, node, projections, self.float_cell_state)
         return PassResult(finish(gm) if modified else gm, modified)

@@ -15,6 +15,7 @@ from imxrt.passes.recurrent_loops import LOOP_CARRY
 from imxrt.passes.unroll_recurrent_layers import RECURRENT_STATE, keeps_float
 from imxrt.quantization import rules, specs
 
+aten = torch.ops.aten
 _ANNOTATION = "quantization_annotation"
 # Graph-module meta key: the devices of every ImxrtQuantizer about to annotate the graph.
 _DEVICES = "imxrt_quantization_devices"
@@ -90,14 +91,15 @@ class ImxrtQuantizer(Quantizer):
         table = rules.rules_on(model.meta.get(_DEVICES, self.devices))
         self._symmetric = _symmetric_outputs(model.graph, table)
         _annotate_loop_carries(model, specs.activation_spec(self.qat, ranges=self.ranges))  # first: their readers share them
+        float_state = float_state_movements(model.graph)
         for node in model.graph.nodes:
-            if node.op != "call_function" or _ANNOTATION in node.meta or keeps_float(node):
+            if node.op != "call_function" or _ANNOTATION in node.meta or keeps_float(node) or node in float_state:
                 continue
             rule = rules.rule_for(table, node)
             if rule is None or not (_is_float_tensor(node) or isinstance(rule, rules.Compare)):
                 continue
             self._annotate(node, rule)
-        _share_recurrent_state_observers(model)
+        _share_recurrent_state_observers(model, float_state)
         _point_shares_at_their_roots(model)
         return model
 
@@ -229,13 +231,57 @@ def _annotate_loop_carries(model: GraphModule, act: QuantizationSpecBase) -> Non
             node.meta[_ANNOTATION] = QuantizationAnnotation(input_qspec_map={}, output_qspec=act, _annotated=True)
 
 
-def _share_recurrent_state_observers(model: GraphModule) -> None:
+_MOVEMENTS = frozenset({aten.select.int, aten.slice.Tensor, aten.unsqueeze.default, aten.squeeze.dim,
+                        aten.squeeze.dims, aten.squeeze.default, aten.view.default, aten.reshape.default,
+                        aten.cat.default})
+
+
+def _moves(node: object) -> bool:
+    return isinstance(node, Node) and node.op == "call_function" and node.target in _MOVEMENTS
+
+
+def _reaches_output_by_movement(node: Node) -> bool:
+    return all(user.op == "output" or (_moves(user) and _reaches_output_by_movement(user)) for user in node.users)
+
+
+def float_state_movements(graph) -> set[Node]:
+    """The data movement between the model's inputs / outputs and a state kept in float (``KEEP_FLOAT``: an
+    LSTM's cell state), left in float so the state crosses the program's boundary as it is.
+
+    A streaming model takes its state as one input, ``state[0]`` its h, ``state[1]`` its c, and returns
+    ``stack([h, c])``: quantizing that tensor gave c, kept in float inside the step, one int8 scale between
+    calls, and h the same scale as c (ExecuTorch's Silero VAD example: h in ±1 rounded to a step of 0.15). The
+    parts of such an input are taken in float, each quantized by its own readers (h by the linear layers,
+    c not at all), and the stack of such an output is made in float from the dequantized h and the float c."""
+    left: set[Node] = set()
+    for node in graph.nodes:
+        if not keeps_float(node):
+            continue
+        for value in node.all_input_nodes:  # back to a model input through its part's movement
+            chain = []
+            while _moves(value) and isinstance(value.args[0], Node):
+                chain.append(value)
+                value = value.args[0]
+            if chain and value.op == "placeholder":
+                left.update(chain)
+                left.update(user for user in value.users if _moves(user))  # its sibling parts too
+        stack = [user for user in node.users if _moves(user) and _reaches_output_by_movement(user)]
+        while stack:  # forward to the model's outputs
+            user = stack.pop()
+            if user not in left:
+                left.add(user)
+                stack.extend(u for u in user.users if u.op != "output")
+    return left
+
+
+def _share_recurrent_state_observers(model: GraphModule, float_state: set[Node] = frozenset()) -> None:
     """Every step of a recurrent state (``RECURRENT_STATE``: a GRU's or LSTM's h, an LSTM's c) reads and writes
     one int8 scale: one observer for all of them, as TFLite's int8 LSTM keeps one scale per state.
 
     The first annotated step leads (a given initial state, else step 1); every later step's output shares its
     observer. An initial state no rule annotates (a model input) is tied through its readers' input edges.
     ``_input_spec`` already makes each reader share its producer's observer, so the groups compose with it.
+    A state taken in float from the model's input (``float_state``) is left to its readers' own observers.
 
     Unlike TFLite, whose integer LSTM keeps the cell state in int16, the cell state here is int8: the NPU's
     and CMSIS-NN's elementwise kernels are int8, and an int16 state would put every step's cell update on a
@@ -252,7 +298,7 @@ def _share_recurrent_state_observers(model: GraphModule) -> None:
         leader = annotated[0]
         shared = SharedQuantizationSpec(leader)
         for member in members:
-            if member is leader:
+            if member is leader or member in float_state:
                 continue
             annotation = _output_annotation(member)
             if annotation is not None:

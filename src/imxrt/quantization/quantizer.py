@@ -90,7 +90,8 @@ class ImxrtQuantizer(Quantizer):
     def annotate(self, model: GraphModule) -> GraphModule:
         table = rules.rules_on(model.meta.get(_DEVICES, self.devices))
         self._symmetric = _symmetric_outputs(model.graph, table)
-        _annotate_loop_carries(model, specs.activation_spec(self.qat, ranges=self.ranges))  # first: their readers share them
+        # loop carries first: their readers share them
+        _annotate_loop_carries(model, specs.activation_spec(self.qat, ranges=self.ranges))
         float_state = float_state_movements(model.graph)
         for node in model.graph.nodes:
             if node.op != "call_function" or _ANNOTATION in node.meta or keeps_float(node) or node in float_state:

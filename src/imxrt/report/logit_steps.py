@@ -103,10 +103,14 @@ class DecisionGaps:
         self.deciders.append(decider)
         self.gaps.append([])
         self._observers.append(observer)
-        self._handles.append(observer.register_forward_hook(functools.partial(self._record, observer, position)))
+        self._handles.append(observer.register_forward_hook(
+            functools.partial(self._record, observer, position, tuple(tensor.shape))))
 
-    def _record(self, observer: torch.nn.Module, position: int, module: torch.nn.Module, args: tuple, output):
-        if module is observer and args and isinstance(args[0], torch.Tensor):  # not a copy's (deepcopy keeps hooks)
+    def _record(self, observer: torch.nn.Module, position: int, shape: tuple, module: torch.nn.Module, args: tuple,
+                output):
+        """One observation of the deciding tensor: not a copy's (a deep copy keeps its hooks), nor that of
+        another tensor sharing the observer (an amax's output shares its input's)."""
+        if module is observer and args and isinstance(args[0], torch.Tensor) and tuple(args[0].shape) == shape:
             self.gaps[position].append(_gaps(args[0], self.deciders[position].dims))
             self.samples = max(self.samples, len(self.gaps[position]))
 

@@ -12,11 +12,14 @@ program and the quantized program stay one computation. Layers without a bias ar
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 
 import torch
 from torch.fx import GraphModule, Node
+
+from imxrt.passes._graph import constant_value
+from imxrt.quantization.calibration import range_observer
+from imxrt.quantization.observers import on_observed
 
 aten = torch.ops.aten
 _CHANNEL_AXIS = {aten.conv2d.default: 1, aten.conv2d.padding: 1, aten.linear.default: -1}
@@ -55,13 +58,13 @@ class BiasCorrection:
         means: dict[tuple[str, int], _InputMean] = {}
         for node in self.prepared.graph.nodes:
             axis = _CHANNEL_AXIS.get(node.target) if node.op == "call_function" else None
-            observer = _observer_of(node.args[0], modules) if axis is not None else None
+            observer = range_observer(node.args[0], modules) if axis is not None else None
             if observer is None or _bias(node) is None or _weight_observer(node, modules) is None:
                 continue
             key = (node.args[0].target, axis)
             if key not in means:
                 means[key] = _InputMean(axis)
-                self._handles.append(observer.register_forward_hook(functools.partial(_record, observer, means[key])))
+                self._handles.append(on_observed(observer, means[key].add))
             self.layers.append((node, means[key]))
 
     def apply(self) -> int:
@@ -73,21 +76,16 @@ class BiasCorrection:
         for node, mean in self.layers:
             if mean.count == 0:
                 continue
-            weight = _parameter(self.prepared, node.args[1].args[0].target)
-            target = _bias(node).target
-            bias = _parameter(self.prepared, target)
+            weight = constant_value(self.prepared, node.args[1].args[0])
+            bias_node = _bias(node)
+            bias = constant_value(self.prepared, bias_node)
             shift = _output_shift(node, weight, _weight_observer(node, modules), mean.mean)
             # a new tensor, not one written in place: the exported program shares the user's parameters
-            owner, _, name = target.rpartition(".")
-            setattr(_parameter(self.prepared, owner) if owner else self.prepared, name,
+            owner, _, name = bias_node.target.rpartition(".")
+            setattr(self.prepared.get_submodule(owner), name,
                     torch.nn.Parameter((bias.detach().to(torch.float64) - shift).to(bias.dtype), requires_grad=False))
             corrected += 1
         return corrected
-
-
-def _record(observer: torch.nn.Module, mean: _InputMean, module: torch.nn.Module, args: tuple, output) -> None:
-    if module is observer:  # not a copy's (a deep copy keeps its original's hooks)
-        mean.add(args[0])
 
 
 def _output_shift(node: Node, weight: torch.Tensor, observer, mean: torch.Tensor) -> torch.Tensor:
@@ -103,15 +101,6 @@ def _output_shift(node: Node, weight: torch.Tensor, observer, mean: torch.Tensor
     per_group = mean.reshape(groups, -1)  # [groups, in / groups]
     outputs_per_group = taps.shape[0] // groups
     return (taps * per_group.repeat_interleave(outputs_per_group, dim=0)).sum(1)
-
-
-def _observer_of(value: object, modules: dict) -> torch.nn.Module | None:
-    """The per-tensor observer module ``value`` is the output of, else None."""
-    if not isinstance(value, Node) or value.op != "call_module":
-        return None
-    module = modules.get(value.target)
-    min_val = getattr(module, "min_val", None)
-    return module if isinstance(min_val, torch.Tensor) and min_val.dim() == 0 else None
 
 
 def _weight_observer(node: Node, modules: dict) -> torch.nn.Module | None:
@@ -130,9 +119,3 @@ def _bias(node: Node) -> Node | None:
         bias = bias.args[0]
     return bias if isinstance(bias, Node) and bias.op == "get_attr" else None
 
-
-def _parameter(gm: GraphModule, target: str):
-    value = gm
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from imxrt.errors import BadModel
 from imxrt.model_checks import check_finite_sample, read_samples
+from imxrt.passes._graph import arguments_by_name
 from imxrt.passes.recurrent_loops import run_loops
 
 log = logging.getLogger("imxrt")
@@ -123,7 +124,7 @@ def widen(observed: torch.fx.GraphModule, tried: bool = True) -> torch.fx.GraphM
         placeholder.replace_all_uses_with(cast, delete_user_cb=lambda user, cast=cast: user is not cast)
         casts.append(cast)
     depthwise_convs = [n for n in graph.nodes if n.op == "call_function" and n.target is _CONV2D
-                       and _conv2d_arguments(*n.args, **n.kwargs)["groups"] > 1]
+                       and arguments_by_name(n)["groups"] > 1]
     for conv in depthwise_convs:
         conv.target = depthwise_conv2d_by_taps
     observed.to(torch.float64)
@@ -158,7 +159,7 @@ def settle_zero_ranges(observed: torch.fx.GraphModule) -> torch.fx.GraphModule:
     would give on data calibration did not show, and keeps every multiplier near 1."""
     modules = dict(observed.named_modules())
     for node in observed.graph.nodes:
-        observer = _range_observer(node, modules)
+        observer = range_observer(node, modules)
         if observer is None or not (observer.min_val == 0 and observer.max_val == 0):
             continue
         ranges = [(o.min_val, o.max_val) for o in _input_observers(node.args[0], modules)
@@ -169,7 +170,7 @@ def settle_zero_ranges(observed: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return observed
 
 
-def _range_observer(node: torch.fx.Node, modules: dict) -> torch.nn.Module | None:
+def range_observer(node: torch.fx.Node, modules: dict) -> torch.nn.Module | None:
     """The per-tensor min/max observer ``node`` calls (itself, or inside a FakeQuantize), else None."""
     if node.op != "call_module":
         return None
@@ -187,7 +188,7 @@ def _input_observers(value: object, modules: dict) -> list[torch.nn.Module]:
         if not isinstance(node, torch.fx.Node) or node in seen:
             continue
         seen.add(node)
-        observer = _range_observer(node, modules)
+        observer = range_observer(node, modules)
         if observer is not None:
             found.append(observer)
         elif node.op == "call_function":
@@ -222,12 +223,6 @@ def _runs_in_float64(observed: torch.fx.GraphModule) -> bool:
 
 
 _CONV2D = torch.ops.aten.conv2d.default
-
-
-def _conv2d_arguments(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1) -> dict:
-    """``aten.conv2d``'s arguments by name, its defaults filled in."""
-    return {"input": input, "weight": weight, "bias": bias, "stride": stride, "padding": padding,
-            "dilation": dilation, "groups": groups}
 
 
 def _pair(value) -> tuple[int, int]:

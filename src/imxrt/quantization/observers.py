@@ -13,6 +13,8 @@ waits for the other ranks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.distributed as dist
 from torchao.quantization.pt2e import MinMaxObserver, MovingAverageMinMaxObserver
@@ -37,6 +39,18 @@ class _FiniteValues:
 
 class FiniteMinMaxObserver(_FiniteValues, MinMaxObserver):
     """MinMaxObserver over the finite values (PTQ calibration)."""
+
+
+def on_observed(observer: torch.nn.Module, record: Callable[[torch.Tensor], None]):
+    """Call ``record`` with each tensor ``observer`` sees while calibration runs; returns the hook's handle.
+    Only ``observer`` itself records: a deep copy of the model keeps its original's hooks, and calibration's
+    float64 trial of a copy would otherwise record too."""
+
+    def hook(module: torch.nn.Module, args: tuple, output) -> None:
+        if module is observer and args and isinstance(args[0], torch.Tensor):
+            record(args[0])
+
+    return observer.register_forward_hook(hook)
 
 
 def _reduce_over_ranks(low: torch.Tensor, high: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

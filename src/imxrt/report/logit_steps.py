@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch.fx import GraphModule, Node
 
+from imxrt.quantization.observers import on_observed
 from imxrt.report.names import module_of
 
 CLOSE_SHARE = 0.02  # share of rows closer than one step above which a tensor is reported
@@ -63,7 +64,6 @@ class DecisionGaps:
         self.deciders: list[Decider] = []
         self.gaps: list[list[np.ndarray]] = []
         self.steps: list[float | None] = []
-        self.samples = 0
         self._observers: list[torch.nn.Module] = []
         self._handles: list = []
 
@@ -103,16 +103,13 @@ class DecisionGaps:
         self.deciders.append(decider)
         self.gaps.append([])
         self._observers.append(observer)
-        self._handles.append(observer.register_forward_hook(
-            functools.partial(self._record, observer, position, tuple(tensor.shape))))
+        self._handles.append(on_observed(observer, functools.partial(self._record, position, tuple(tensor.shape))))
 
-    def _record(self, observer: torch.nn.Module, position: int, shape: tuple, module: torch.nn.Module, args: tuple,
-                output):
-        """One observation of the deciding tensor: not a copy's (a deep copy keeps its hooks), nor that of
-        another tensor sharing the observer (an amax's output shares its input's)."""
-        if module is observer and args and isinstance(args[0], torch.Tensor) and tuple(args[0].shape) == shape:
-            self.gaps[position].append(_gaps(args[0], self.deciders[position].dims))
-            self.samples = max(self.samples, len(self.gaps[position]))
+    def _record(self, position: int, shape: tuple, value: torch.Tensor) -> None:
+        """One observation of the deciding tensor, not of another tensor sharing its observer (an amax's output
+        shares its input's)."""
+        if tuple(value.shape) == shape:
+            self.gaps[position].append(_gaps(value, self.deciders[position].dims))
 
     def stop(self) -> None:
         """Remove the hooks and read each deciding tensor's int8 step off its calibrated observer."""

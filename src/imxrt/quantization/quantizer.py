@@ -15,7 +15,6 @@ from imxrt.passes.recurrent_loops import LOOP_CARRY
 from imxrt.passes.unroll_recurrent_layers import RECURRENT_STATE, keeps_float
 from imxrt.quantization import rules, specs
 
-aten = torch.ops.aten
 _ANNOTATION = "quantization_annotation"
 # Graph-module meta key: the devices of every ImxrtQuantizer about to annotate the graph.
 _DEVICES = "imxrt_quantization_devices"
@@ -76,7 +75,7 @@ class ImxrtQuantizer(Quantizer):
                  ranges: str = "minmax"):
         """``target``: whose devices' rules apply (default: the i.MX RT700's NPU and Cortex-M33);
         ``devices``: these devices' instead (the recipes' per-device quantizers); ``ranges``: how PTQ picks
-        activation ranges (``specs.ACTIVATION_RANGES``)."""
+        activation ranges (``options.ACTIVATION_RANGES``)."""
         super().__init__()
         self.devices = devices if devices is not None else rules.devices_of(target)
         self.qat = qat
@@ -232,13 +231,8 @@ def _annotate_loop_carries(model: GraphModule, act: QuantizationSpecBase) -> Non
             node.meta[_ANNOTATION] = QuantizationAnnotation(input_qspec_map={}, output_qspec=act, _annotated=True)
 
 
-_MOVEMENTS = frozenset({aten.select.int, aten.slice.Tensor, aten.unsqueeze.default, aten.squeeze.dim,
-                        aten.squeeze.dims, aten.squeeze.default, aten.view.default, aten.reshape.default,
-                        aten.cat.default})
-
-
 def _moves(node: object) -> bool:
-    return isinstance(node, Node) and node.op == "call_function" and node.target in _MOVEMENTS
+    return isinstance(node, Node) and node.op == "call_function" and node.target in rules.DATA_MOVEMENT
 
 
 def _reaches_output_by_movement(node: Node) -> bool:

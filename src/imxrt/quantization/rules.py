@@ -123,7 +123,7 @@ _ADD = Compute(fuses_activation=True)  # TFLite ADD / SUB and cortex_m quantized
 _BATCH_MATMUL = Compute(symmetric_inputs=True)
 
 # Ops that move or select values: int8 on every device, output sharing the input's qparams.
-_DATA_MOVEMENT = (
+DATA_MOVEMENT = (
     aten.cat.default, aten.concat.default, aten.view.default, aten.reshape.default, aten.flatten.using_ints,
     aten.unflatten.int,
     aten.permute.default, aten.transpose.int, aten.t.default, aten.squeeze.dim, aten.squeeze.dims,
@@ -200,7 +200,7 @@ QUANTIZATION: dict[OpKey, OpQuantization] = {
     aten.amin.default: _row(SharedWithInput()),
     aten.maximum.default: _row(SharedWithInput()),
     aten.minimum.default: _row(SharedWithInput()),
-    **{op: _row(SharedWithInput()) for op in _DATA_MOVEMENT},
+    **{op: _row(SharedWithInput()) for op in DATA_MOVEMENT},
     # lookups by an integer index or a boolean mask: the CPU's portable kernels on the int8 table (Neutron
     # has no GATHER or SELECT, reference/neutron.md)
     aten.embedding.default: _row(Lookup(), CPU_ONLY),

@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from imxrt.errors import BadInput, BadModel, BadOption, ImxrtError
 from imxrt.model_checks import called_exit, read_samples
+from imxrt.passes._graph import constant_value
 
 Metric = Callable[[torch.Tensor, object], float]  # (first model output, label) -> score of one sample
 
@@ -649,18 +650,14 @@ def _cluster_weights(quantize: torch.fx.Node, graph_module: torch.fx.GraphModule
         seen.add(node)
         for arg in node.all_input_nodes:
             if _is_qdq(arg, "dequantize") and arg.args[0].op == "get_attr" and arg.args[-1] == torch.int8:
-                weight = _attr(graph_module, arg.args[0])
-                scales, zero_points = (_attr(graph_module, arg.args[1]), _attr(graph_module, arg.args[2])) \
-                    if isinstance(arg.args[1], torch.fx.Node) else (torch.tensor([arg.args[1]]),
-                                                                    torch.tensor([arg.args[2]]))
+                weight = constant_value(graph_module, arg.args[0])
+                per_channel = isinstance(arg.args[1], torch.fx.Node)  # its scales and zero points are constants
+                scales, zero_points = (constant_value(graph_module, arg.args[i]) if per_channel
+                                       else torch.tensor([arg.args[i]]) for i in (1, 2))
                 found.append((node, arg, weight, scales, zero_points))
             elif not _is_qdq(arg, "dequantize"):
                 stack.append(arg)
     return found
-
-
-def _attr(graph_module: torch.fx.GraphModule, node: torch.fx.Node) -> torch.Tensor:
-    return functools.reduce(getattr, node.target.split("."), graph_module)
 
 
 def _weight_rounding(quantize: torch.fx.Node, weights: list) -> tuple[str, float | None, int | None]:
@@ -690,14 +687,28 @@ def _weight_rounding(quantize: torch.fx.Node, weights: list) -> tuple[str, float
     return op.target.__name__.split(".")[0], float(np.mean(ratios)), int(min(levels))
 
 
+def _flat_copy(graph_module: torch.fx.GraphModule) -> torch.fx.Graph:
+    """A copy of the program's graph to cut, called with flat inputs and outputs (no pytree wrapping)."""
+    graph = copy.deepcopy(graph_module.graph)
+    graph._codegen = torch.fx.graph.CodeGen()
+    return graph
+
+
+def _returning(graph_module: torch.fx.GraphModule, graph: torch.fx.Graph, values: list[torch.fx.Node]
+               ) -> torch.fx.GraphModule:
+    """``graph`` (a ``_flat_copy``) cut to return ``values``, in order, with ``graph_module``'s constants."""
+    graph.output_node().args = (tuple(values),)
+    graph.eliminate_dead_code()
+    return torch.fx.GraphModule(graph_module, graph)
+
+
 class _FloatPath:
     """The fake-quantized program with its activations unrounded (each activation's dequantize(quantize(x))
     read as x, int8 weights kept), returning the value each quantize node in ``names`` would round: each
     layer's output computed from the float value of its input."""
 
     def __init__(self, graph_module: torch.fx.GraphModule, names: Iterable[str]):
-        graph = copy.deepcopy(graph_module.graph)
-        graph._codegen = torch.fx.graph.CodeGen()  # flat inputs and outputs
+        graph = _flat_copy(graph_module)
         for node in list(graph.nodes):
             if _is_qdq(node, "dequantize") and isinstance(node.args[0], torch.fx.Node) and \
                     _is_qdq(node.args[0], "quantize_per_tensor"):
@@ -705,9 +716,7 @@ class _FloatPath:
         wanted = set(names)
         captured = [node for node in graph.nodes if node.name in wanted]
         self.names = [node.name for node in captured]
-        graph.output_node().args = (tuple(node.args[0] for node in captured),)
-        graph.eliminate_dead_code()
-        self.module = torch.fx.GraphModule(graph_module, graph)
+        self.module = _returning(graph_module, graph, [node.args[0] for node in captured])
 
     def __call__(self, inputs) -> dict[str, torch.Tensor]:
         with torch.no_grad():
@@ -720,12 +729,9 @@ class _Capture:
     whose per-node Python made it twice as slow."""
 
     def __init__(self, graph_module: torch.fx.GraphModule, names: Iterable[str]):
-        graph = copy.deepcopy(graph_module.graph)
-        graph._codegen = torch.fx.graph.CodeGen()  # flat inputs and outputs
+        graph = _flat_copy(graph_module)
         captured = [node for node in graph.nodes if node.name in set(names)]
-        graph.output_node().args = (tuple(captured),)
-        graph.eliminate_dead_code()
-        self.module = torch.fx.GraphModule(graph_module, graph)
+        self.module = _returning(graph_module, graph, captured)
         self.qparams = [(node.name, node.args[1], node.args[2]) for node in captured]
 
     def int8(self, inputs) -> list[np.ndarray]:

@@ -548,9 +548,7 @@ footer{color:#5b6673;font-size:12px;margin-top:20px}
 
 def render(report: dict) -> str:
     """``report.json`` (as a dict) as one self-contained HTML page."""
-    sections = [_advice(report), _summary(report)]
-    if (report.get("accuracy") or {}).get("layers"):
-        sections.append(_accuracy(report))
+    sections = [_advice(report), _summary(report), _accuracy(report)]
     if report.get("memory"):
         sections.append(_budgets(report))
     if report.get("latency"):

@@ -20,14 +20,13 @@ arrays. Needs `espeak-ng` and `sox` (`apt-get install -y espeak-ng sox`) and sci
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _spoken_words import _noise, _require_tools, _trim  # noqa: E402
+from _spoken_words import _noise, _require_tools, _speak, _trim  # noqa: E402
 
 SAMPLE_RATE = 16_000
 SPLITS = ("calibration", "evaluation")
@@ -68,23 +67,6 @@ PHOTOS = {  # skimage.data names; one photo with a human face in each split
     "calibration": ("astronaut", "coffee", "rocket", "immunohistochemistry", "hubble_deep_field", "page", "brick"),
     "evaluation": ("camera", "chelsea", "clock", "moon", "text", "gravel", "colorwheel"),
 }
-
-
-def _speak(text: str, voice: str, speed: int, pitch: int) -> np.ndarray:
-    """``text`` spoken by espeak-ng, resampled by sox to 16 kHz float32 without dither (sox dithers by default
-    when it writes 16-bit samples, which makes every call differ)."""
-    speaker = subprocess.Popen(["espeak-ng", "-v", voice, "-s", str(speed), "-p", str(pitch), "--stdout", text],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    resampled = subprocess.run(["sox", "-q", "-D", "-t", "wav", "-", "-t", "raw", "-r", str(SAMPLE_RATE),
-                                "-e", "floating-point", "-b", "32", "-c", "1", "-"],
-                               stdin=speaker.stdout, capture_output=True)
-    speaker.stdout.close()
-    speaker_error = speaker.stderr.read()
-    speaker.stderr.close()
-    if speaker.wait() != 0 or resampled.returncode != 0 or not resampled.stdout:
-        raise RuntimeError(f"espeak-ng -v {voice} {text!r} | sox failed: "
-                           f"{(speaker_error + resampled.stderr).decode(errors='replace').strip()}")
-    return np.frombuffer(resampled.stdout, np.float32).copy()
 
 
 def _check_split(split: str) -> None:

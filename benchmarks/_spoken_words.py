@@ -49,7 +49,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _sequence_models import RecurrentClassifier  # noqa: E402
 
-VERSION = "v1"  # bump when anything below changes what `dataset()` returns: the cache is keyed by it
+VERSION = "v2"  # bump when anything below changes what `dataset()` returns: the cache is keyed by it
 CACHE = Path.home() / ".cache" / "imxrt-benchmarks" / "spoken_words"
 INSTALL = "apt-get update && apt-get install -y espeak-ng sox"
 
@@ -118,19 +118,21 @@ def _require_tools() -> None:
                            f"install with: {INSTALL}")
 
 
-def _speak(word: str, voice: str, speed: int, pitch: int) -> np.ndarray:
-    """`word` spoken by espeak-ng (22.05 kHz WAV on stdout), resampled by sox to 16 kHz mono: float32 in [-1, 1]."""
-    speaker = subprocess.Popen(["espeak-ng", "-v", voice, "-s", str(speed), "-p", str(pitch), "--stdout", word],
+def _speak(text: str, voice: str, speed: int, pitch: int) -> np.ndarray:
+    """`text` spoken by espeak-ng (22.05 kHz WAV on stdout), resampled by sox to 16 kHz mono float32 in [-1, 1],
+    without dither (sox dithers by default when it writes 16-bit samples, which made every call differ)."""
+    speaker = subprocess.Popen(["espeak-ng", "-v", voice, "-s", str(speed), "-p", str(pitch), "--stdout", text],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    resampled = subprocess.run(["sox", "-q", "-t", "wav", "-", "-t", "raw", "-r", str(SAMPLE_RATE), "-e", "signed",
-                                "-b", "16", "-c", "1", "-"], stdin=speaker.stdout, capture_output=True)
+    resampled = subprocess.run(["sox", "-q", "-D", "-t", "wav", "-", "-t", "raw", "-r", str(SAMPLE_RATE),
+                                "-e", "floating-point", "-b", "32", "-c", "1", "-"],
+                               stdin=speaker.stdout, capture_output=True)
     speaker.stdout.close()
     speaker_error = speaker.stderr.read()
     speaker.stderr.close()
     if speaker.wait() != 0 or resampled.returncode != 0 or not resampled.stdout:
-        raise RuntimeError(f"espeak-ng -v {voice} {word!r} | sox failed: "
+        raise RuntimeError(f"espeak-ng -v {voice} {text!r} | sox failed: "
                            f"{(speaker_error + resampled.stderr).decode(errors='replace').strip()}")
-    return np.frombuffer(resampled.stdout, np.int16).astype(np.float32) / 32768.0
+    return np.frombuffer(resampled.stdout, np.float32).copy()
 
 
 def _trim(audio: np.ndarray) -> np.ndarray:

@@ -219,3 +219,12 @@ def test_the_accuracy_report_with_workers_is_the_one_of_one_process(tmp_path):
         assert main(["compile", str(source), "-o", str(out), "--quiet", "--workers", workers]) == 0
         accuracy.append(json.loads((out / "report.json").read_text())["accuracy"])
     assert accuracy[0]["samples"] == 24 and accuracy[1] == accuracy[0]
+
+
+def test_equalize_scales_the_convolution_ahead_of_the_classifier(tmp_path):
+    """conv → ReLU → flatten → linear: --equalize evens the conv's channels, the classifier takes the inverse."""
+    plain, equalized = tmp_path / "plain", tmp_path / "equalized"
+    source = str(_write(tmp_path, TINY))
+    assert main(["compile", source, "--target", "imxrt700", "-o", str(plain), "--quiet"]) == 0
+    assert main(["compile", source, "--target", "imxrt700", "-o", str(equalized), "--quiet", "--equalize"]) == 0
+    assert (plain / "model.pte").read_bytes() != (equalized / "model.pte").read_bytes()

@@ -80,6 +80,10 @@ def _parser() -> argparse.ArgumentParser:
     compile_.add_argument("--bias-correction", action="store_true",
                           help="after calibration, each conv / linear bias takes back the mean shift its int8 "
                                "weight rounding causes on the calibration data")
+    compile_.add_argument("--equalize", action="store_true",
+                          help="before calibration, scale each conv / linear layer's output channels to even out "
+                               "their int8 activation ranges, the layers reading them taking the inverse "
+                               "(cross-layer equalization; one more float pass over the calibration data)")
     compile_.add_argument("--cell-state", default="float", choices=("float", "int8"),
                           help="an LSTM's cell state: float (default; its update and tanh in float on the CPU "
                                "between the int8 gates, a few more kernel calls per step) or int8 (one scale "
@@ -224,6 +228,7 @@ def _compile(args: argparse.Namespace) -> int:
         cell_state=args.cell_state,
         activation_ranges=args.activation_ranges,
         bias_correction=args.bias_correction,
+        equalization=args.equalize,
     )
     calibration, kept = source.calibration, [source.example_inputs]
     if args.bundle is not None and calibration is not None:  # the first samples, kept for the bundle's inputs

@@ -42,6 +42,9 @@ class CompileOptions:
     # after calibration, each conv / linear bias takes back the mean shift its int8 weight rounding causes
     # (ΔW · E[x] over the calibration data)
     bias_correction: bool = False
+    # before calibration, each conv / linear layer's output channels are scaled to even out their activation
+    # ranges, and the layers reading them take the inverse (cross-layer equalization, on the calibration data)
+    equalization: bool = False
 
     @property
     def converter(self) -> eiq.ConverterOptions:

@@ -36,7 +36,7 @@ from imxrt.options import NEUTRON_COMPILERS, CompileOptions, resolve_neutron_com
 from imxrt.passes import EDGE_PASSES, run_aten_passes
 from imxrt.passes.int8_io import make_io_int8
 from imxrt.passes.qdq import is_compute, is_dequantize, is_quantize
-from imxrt.passes.recurrent_loops import eager_program, has_loops, roll_loops
+from imxrt.passes.recurrent_loops import eager_program, has_loops, roll_loops, run_loops
 from imxrt.placement import PlacementLog
 from imxrt.profiling.instructions import instruction_table
 from imxrt.profiling.provenance import trim_history
@@ -44,6 +44,7 @@ from imxrt.quantization import ImxrtQuantizer, calibrate, rules
 from imxrt.quantization import qat as qat_module
 from imxrt.quantization.bias_correction import BiasCorrection
 from imxrt.quantization.convert import convert_and_export
+from imxrt.quantization.equalization import equalize
 from imxrt.report import logit_steps, placement
 from imxrt.report.advice import advise
 from imxrt.serialization import check_stock_kernels, serialize, to_executorch
@@ -213,13 +214,16 @@ def quantize(
     graph_module = run_aten_passes(exported.module(check_guards=False), npu=_has_npu(target),
                                    qparam_flow=rules.qparam_flow(rules.devices_of(target)), rolled=True,
                                    float_cell_state=options.cell_state == "float")
-    prepared = prepare_pt2e(graph_module, ImxrtQuantizer(target, ranges=options.activation_ranges))
     if calibration is None:
         log.warning("no calibration data given: calibrating on the example inputs alone; pass "
                     "calibration_inputs() for representative activation ranges")
         calibration = [example_inputs]
     if options.calibration_samples is not None:
         calibration = itertools.islice(calibration, options.calibration_samples)
+    if options.equalization:
+        calibration = list(calibration)  # read twice: the channel ranges, then calibration
+        equalize(graph_module, calibration, run_loops)
+    prepared = prepare_pt2e(graph_module, ImxrtQuantizer(target, ranges=options.activation_ranges))
     correction = BiasCorrection(prepared) if options.bias_correction else None
     if gaps is not None:
         gaps.watch(prepared)

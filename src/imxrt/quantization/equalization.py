@@ -7,9 +7,9 @@ Between a convolution (the producer) and the conv / linear layers reading its ou
 that commute with a positive per-channel scale (ReLU, leaky ReLU, PReLU, abs, max / min / add of two such
 tensors, a product with a number, pooling, slicing, squeeze, a flatten into a classifier) let each channel be
 scaled freely: producer output channel c times s_c, and every consumer's weights reading it divided by s_c,
-compute the same function in float. The producer's weights are rounded per output channel, so its rounding does not change; the
-consumers' input columns are scaled within each weight row. So s_c trades the activation's resolution against
-the consumers' weights':
+compute the same function in float. The producer's weights are rounded per output channel, so its rounding
+does not change; the consumers' input columns are scaled within each weight row. So s_c trades the
+activation's resolution against the consumers' weights':
 
     s_c = r_c^(1/2) / a_c^(3/4)    (a_c: channel c's activation range, r_c: the consumers' weight range reading it)
 

@@ -84,6 +84,9 @@ def _parser() -> argparse.ArgumentParser:
                           help="before calibration, scale each conv / linear layer's output channels to even out "
                                "their int8 activation ranges, the layers reading them taking the inverse "
                                "(cross-layer equalization; one more float pass over the calibration data)")
+    compile_.add_argument("--float-layer", action="append", default=[], metavar="NAME",
+                          help="keep the module NAME (its path in the model, e.g. encoder.0) in float, on the "
+                               "Cortex-M: a layer whose values need more range than int8 (repeatable)")
     compile_.add_argument("--cell-state", default="float", choices=("float", "int8"),
                           help="an LSTM's cell state: float (default; its update and tanh in float on the CPU "
                                "between the int8 gates, a few more kernel calls per step) or int8 (one scale "
@@ -229,6 +232,7 @@ def _compile(args: argparse.Namespace) -> int:
         activation_ranges=args.activation_ranges,
         bias_correction=args.bias_correction,
         equalization=args.equalize,
+        float_layers=tuple(args.float_layer),
     )
     calibration, kept = source.calibration, [source.example_inputs]
     if args.bundle is not None and calibration is not None:  # the first samples, kept for the bundle's inputs

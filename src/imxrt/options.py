@@ -45,6 +45,9 @@ class CompileOptions:
     # before calibration, each conv / linear layer's output channels are scaled to even out their activation
     # ranges, and the layers reading them take the inverse (cross-layer equalization, on the calibration data)
     equalization: bool = False
+    # modules (their paths in the model: "stft_conv", "encoder.0") whose ops stay float, on the Cortex-M: a layer
+    # whose input or output needs more range than int8 (a learned STFT reading a waveform)
+    float_layers: tuple[str, ...] = ()
 
     @property
     def converter(self) -> eiq.ConverterOptions:

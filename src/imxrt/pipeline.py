@@ -45,6 +45,7 @@ from imxrt.quantization import qat as qat_module
 from imxrt.quantization.bias_correction import BiasCorrection
 from imxrt.quantization.convert import convert_and_export
 from imxrt.quantization.equalization import equalize
+from imxrt.quantization.float_layers import keep_float_layers
 from imxrt.report import logit_steps, placement
 from imxrt.report.advice import advise
 from imxrt.serialization import check_stock_kernels, serialize, to_executorch
@@ -214,6 +215,7 @@ def quantize(
     graph_module = run_aten_passes(exported.module(check_guards=False), npu=_has_npu(target),
                                    qparam_flow=rules.qparam_flow(rules.devices_of(target)), rolled=True,
                                    float_cell_state=options.cell_state == "float")
+    keep_float_layers(graph_module, options.float_layers)
     if calibration is None:
         log.warning("no calibration data given: calibrating on the example inputs alone; pass "
                     "calibration_inputs() for representative activation ranges")

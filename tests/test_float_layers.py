@@ -1,0 +1,80 @@
+"""Layers kept in float (``CompileOptions(float_layers=...)``, ``--float-layer NAME``): the named modules run
+in float on the Cortex-M, the data movement from the model's input to them too, the rest int8."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+from program_checks import check_case
+
+import imxrt.runtime
+from imxrt.cli import EXIT_USER_ERROR, main
+from imxrt.errors import BadOption
+from imxrt.pipeline import CompileOptions, compile
+
+
+class _Detector(nn.Module):
+    """A learned front end over a sensor signal (zero-sum filters: they reject its offset) and a conv."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.front = nn.Conv1d(1, 4, 8, stride=4, bias=False)
+        self.encoder = nn.Conv1d(4, 4, 3, bias=False)
+        with torch.no_grad():
+            self.front.weight.sub_(self.front.weight.mean(-1, keepdim=True))
+
+    def forward(self, x):
+        return self.encoder(self.front(nn.functional.pad(x.unsqueeze(1), (0, 4), mode="reflect")))
+
+
+def _signals(count: int, seed: int) -> list[tuple[torch.Tensor]]:
+    """Detail of ±0.01 on an offset of up to ±0.9: the waveform's int8 step (about 0.007) rounds the detail
+    to a level or two, while the front end's output holds only the detail."""
+    generator = torch.Generator().manual_seed(seed)
+    return [(0.9 * (2 * torch.rand(1, 1, generator=generator) - 1) + 0.01 * torch.randn(1, 256, generator=generator),)
+            for _ in range(count)]
+
+
+def _sqnr_db(model, result, samples) -> float:
+    program = imxrt.runtime.load(result.pte)
+    signal = noise = 0.0
+    for sample in samples:
+        reference = model(*sample).detach().numpy().reshape(-1)
+        signal += float(np.sum(reference ** 2))
+        noise += float(np.sum((program.forward(*sample)[0].reshape(-1) - reference) ** 2))
+    return 10 * np.log10(signal / noise)
+
+
+@pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
+def test_a_float_front_end_keeps_what_int8_input_rounds_away(target):
+    model = _Detector().eval()
+    calibration, evaluation = _signals(16, 1), _signals(16, 2)
+    plain = compile(model, calibration[0], target, calibration, CompileOptions(show_progress=False))
+    kept = compile(model, calibration[0], target, calibration,
+                   CompileOptions(show_progress=False, float_layers=("front",)))
+    assert kept.report["summary"]["ops_cpu_float"] > plain.report["summary"]["ops_cpu_float"]
+    assert _sqnr_db(model, kept, evaluation) > _sqnr_db(model, plain, evaluation) + 10
+    check_case(kept, evaluation[0])
+
+
+def test_a_name_that_is_no_module_is_refused_with_the_names():
+    model = _Detector().eval()
+    sample = _signals(1, 1)
+    with pytest.raises(BadOption, match=r"--float-layer: 'frontend'.*front, encoder"):
+        compile(model, sample[0], "imxrt700", sample, CompileOptions(show_progress=False, float_layers=("frontend",)))
+
+
+def test_the_cli_refuses_an_unknown_layer_in_one_line(tmp_path, capsys):
+    source = tmp_path / "source.py"
+    source.write_text("import torch\n"
+                      "def model():\n"
+                      "    return torch.nn.Sequential(torch.nn.Linear(4, 4)).eval()\n"
+                      "def example_inputs():\n"
+                      "    return (torch.randn(1, 4),)\n")
+    status = main(["compile", str(source), "--target", "imxrt700", "-o", str(tmp_path / "out"), "--quiet",
+                   "--float-layer", "encoder"])
+    assert status == EXIT_USER_ERROR
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "--float-layer" in error[0] and "'encoder'" in error[0]
+    assert not (tmp_path / "out" / "model.pte").exists()

@@ -170,9 +170,10 @@ class _LoopRunner(Interpreter):
 
     def __init__(self, module: GraphModule):
         super().__init__(module, garbage_collect_values=False)  # the steps read values after their turn
+        nodes = tuple(module.graph.nodes)  # the graph as it is now: an edited graph is the same object
         cached = module.meta.get(_STEPS)
-        if cached is None or cached[0] is not module.graph:
-            cached = module.meta[_STEPS] = (module.graph, [_Step(module, loop) for loop in find_loops(module.graph)])
+        if cached is None or cached[0] != nodes:
+            cached = module.meta[_STEPS] = (nodes, [_Step(module, loop) for loop in find_loops(module.graph)])
         steps = cached[1]
         # a loop runs at its last body node, when everything its steps read from outside is computed
         self.last = {step.loop.body[-1]: step for step in steps if step.loop.body}
@@ -187,7 +188,7 @@ class _LoopRunner(Interpreter):
         return super().run_node(n)
 
 
-_STEPS = "imxrt_loop_steps"  # GraphModule.meta: (the graph they were made for, its loops' _Step)
+_STEPS = "imxrt_loop_steps"  # GraphModule.meta: (the nodes of the graph they were made for, its loops' _Step)
 
 
 class _Step:

@@ -81,8 +81,8 @@ def _parser() -> argparse.ArgumentParser:
                           help="after calibration, each conv / linear bias takes back the mean shift its int8 "
                                "weight rounding causes on the calibration data")
     compile_.add_argument("--equalize", action="store_true",
-                          help="before calibration, scale each conv / linear layer's output channels to even out "
-                               "their int8 activation ranges, the layers reading them taking the inverse "
+                          help="before calibration, scale each convolution's output channels to even out their "
+                               "int8 activation ranges, the conv / linear layers reading them taking the inverse "
                                "(cross-layer equalization; one more float pass over the calibration data)")
     compile_.add_argument("--float-layer", action="append", default=[], metavar="NAME",
                           help="keep the module NAME (its path in the model, e.g. encoder.0) in float, on the "

@@ -42,11 +42,12 @@ class CompileOptions:
     # after calibration, each conv / linear bias takes back the mean shift its int8 weight rounding causes
     # (ΔW · E[x] over the calibration data)
     bias_correction: bool = False
-    # before calibration, each conv / linear layer's output channels are scaled to even out their activation
-    # ranges, and the layers reading them take the inverse (cross-layer equalization, on the calibration data)
+    # before calibration, each convolution's output channels are scaled to even out their activation ranges, and
+    # the conv / linear layers reading them take the inverse (cross-layer equalization, on the calibration data)
     equalization: bool = False
     # modules (their paths in the model: "stft_conv", "encoder.0") whose ops stay float, on the Cortex-M: a layer
-    # whose input or output needs more range than int8 (a learned STFT reading a waveform)
+    # whose input or output needs more range than int8 (a learned STFT reading a waveform). Like the two above,
+    # post-training quantization only
     float_layers: tuple[str, ...] = ()
 
     @property

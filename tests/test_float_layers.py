@@ -78,3 +78,25 @@ def test_the_cli_refuses_an_unknown_layer_in_one_line(tmp_path, capsys):
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "--float-layer" in error[0] and "'encoder'" in error[0]
     assert not (tmp_path / "out" / "model.pte").exists()
+
+
+class _ThreeLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b, self.c = nn.Linear(8, 16), nn.Sequential(nn.Linear(16, 16), nn.ReLU()), nn.Linear(16, 2)
+
+    def forward(self, x):
+        return self.c(self.b(torch.relu(self.a(x))))
+
+
+@pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
+@pytest.mark.parametrize("names", [("b",), ("b.0",), ("a", "c")], ids=["a-block", "nested", "first-and-last"])
+def test_any_layer_may_stay_float_between_int8_ones(target, names):
+    model = _ThreeLinear().eval()
+    generator = torch.Generator().manual_seed(1)
+    samples = [(torch.randn(1, 8, generator=generator),) for _ in range(8)]
+    plain = compile(model, samples[0], target, samples, CompileOptions(show_progress=False))
+    kept = compile(model, samples[0], target, samples, CompileOptions(show_progress=False, float_layers=names))
+    assert kept.report["summary"]["ops_cpu_float"] > plain.report["summary"]["ops_cpu_float"]
+    check_case(kept, samples[1])

@@ -28,10 +28,14 @@ prints one table (agreement with float, continuous error and compile seconds per
 writes the figures.
 
     python benchmarks/real_models.py [--models silero_vad pesto ...] [--quick] [--json FILE]
-                                     [--imxrt-option key=value ...] [--fake-quant] [--no-xnnpack]
+                                     [--imxrt-option [model:]key=value ...] [--fake-quant] [--no-xnnpack]
 
 `--imxrt-option` sets a field of `imxrt.CompileOptions` (repeatable; the value is read as a Python literal,
-else as a string), so one run compares settings.
+else as a string), so one run compares settings; `model:key=value` sets it for that model alone. The VAD at
+99% of its decisions:
+
+    python benchmarks/real_models.py --models silero_vad --imxrt-option silero_vad:equalization=True \
+        --imxrt-option silero_vad:float_layers=stft_conv
 
 The same models and data from Python (the benchmarks folder on `sys.path`):
 
@@ -548,6 +552,18 @@ def parse_options(pairs: Sequence[str]):
     return imxrt.CompileOptions(**values)
 
 
+def options_for(name: str, pairs: Sequence[str]):
+    """The options of model ``name``: the ``key=value`` pairs for every model and its own ``name:key=value``
+    ones (after them, so a model's own wins)."""
+    shared = [pair for pair in pairs if ":" not in pair.partition("=")[0]]
+    own = [pair.partition(":")[2] for pair in pairs if pair.partition("=")[0].partition(":")[0] == name]
+    for pair in pairs:
+        model = pair.partition("=")[0].partition(":")[0]
+        if ":" in pair.partition("=")[0] and model not in TASKS:
+            raise SystemExit(f"--imxrt-option {pair!r}: {model!r} is none of the models ({', '.join(TASKS)})")
+    return parse_options(shared + own)
+
+
 def _measure(name: str, build: Callable[[], tuple], run_float: Runner, quick: bool) -> tuple[dict, tuple]:
     start = time.perf_counter()
     try:
@@ -609,12 +625,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--models", nargs="+", choices=list(TASKS), default=list(TASKS))
     parser.add_argument("--quick", action="store_true", help="a smaller evaluation set")
     parser.add_argument("--json", type=Path, help="write the figures to this file")
-    parser.add_argument("--imxrt-option", action="append", default=[], metavar="KEY=VALUE",
-                        help="a field of imxrt.CompileOptions (repeatable)")
+    parser.add_argument("--imxrt-option", action="append", default=[], metavar="[MODEL:]KEY=VALUE",
+                        help="a field of imxrt.CompileOptions (repeatable), for every model or, with MODEL:, for "
+                             "that one (silero_vad:float_layers=stft_conv)")
     parser.add_argument("--fake-quant", action="store_true", help="also imxrt's quantized program in PyTorch")
     parser.add_argument("--no-xnnpack", action="store_true")
     args = parser.parse_args(argv)
-    options = parse_options(args.imxrt_option)
+    options = {name: options_for(name, args.imxrt_option) for name in args.models}
 
     from threadpoolctl import threadpool_limits
 
@@ -630,12 +647,17 @@ def main(argv: Sequence[str] | None = None) -> None:
             evaluation_set(name, args.quick)
             print(f"{name}: loaded, {len(calibration_set(name))} calibration samples, inputs made in "
                   f"{time.perf_counter() - start:.1f} s", flush=True)
-            results[name] = run_model(name, options, args.quick, args.fake_quant, not args.no_xnnpack)
+            results[name] = run_model(name, options[name], args.quick, args.fake_quant, not args.no_xnnpack)
     print_table(results)
-    print(f"\n{time.perf_counter() - started:.0f} s in all; imxrt options: "
-          f"{ {key: value for key, value in dataclasses.asdict(options).items()} }")
+    default = dataclasses.asdict(parse_options([]))
+    changed = {name: {key: value for key, value in dataclasses.asdict(chosen).items() if value != default[key]}
+               for name, chosen in options.items()}
+    print(f"\n{time.perf_counter() - started:.0f} s in all; imxrt options other than the defaults: "
+          + ("; ".join(f"{name} {figures}" for name, figures in changed.items() if figures) or "none"))
     if args.json:
-        figures = {"quick": args.quick, "imxrt_options": dataclasses.asdict(options), "models": results}
+        figures = {"quick": args.quick, "imxrt_options": {name: dataclasses.asdict(chosen)
+                                                          for name, chosen in options.items()},
+                   "models": results}
         args.json.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
         print(f"wrote {args.json}")
 

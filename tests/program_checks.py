@@ -22,6 +22,20 @@ QUANTIZED_ROUNDING_LSB = 2  # README.md, "The .pte and the quantized program"
 _FLOAT32_STEPS = 1e-4
 
 
+def program_sqnr_db(model, result, samples) -> float:
+    """SQNR in dB of the ``.pte``'s first output (on the host runtime) against the float model's, over every
+    sample (signal and noise energies summed in float64)."""
+    program = imxrt.runtime.load(result.pte)
+    signal = noise = 0.0
+    for inputs in samples:
+        with torch.no_grad():
+            reference = model(*inputs).double().numpy()
+        difference = reference - program.forward(*inputs)[0].astype(np.float64)
+        signal += float((reference ** 2).sum())
+        noise += float((difference ** 2).sum())
+    return 10 * np.log10(signal / noise)
+
+
 def program_digest(result) -> str:
     """SHA-256 over the ``.pte`` and every partition's LiteRT subgraph: what a byte-identity check compares
     (``IMXRT_FINGERPRINTS`` in conftest.py, ``benchmarks/conformance.py --json``)."""

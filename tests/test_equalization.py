@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from program_checks import check_case
+from program_checks import check_case, program_sqnr_db
 
 import imxrt.runtime
 from imxrt.export import export
@@ -36,16 +36,6 @@ def _samples(count: int, seed: int, shape=(1, 3, 8, 8)) -> list[tuple[torch.Tens
 def _graph(model: nn.Module, example: tuple) -> torch.fx.GraphModule:
     return run_aten_passes(export(model, example).module(check_guards=False), npu=True,
                            qparam_flow=rules.qparam_flow(rules.devices_of(None)), rolled=True)
-
-
-def _sqnr_db(model: nn.Module, result, samples) -> float:
-    program = imxrt.runtime.load(result.pte)
-    signal = noise = 0.0
-    for sample in samples:
-        reference = model(*sample).detach().numpy().reshape(-1)
-        signal += float(np.sum(reference ** 2))
-        noise += float(np.sum((program.forward(*sample)[0].reshape(-1) - reference) ** 2))
-    return 10 * np.log10(signal / noise)
 
 
 class _Values(torch.fx.Interpreter):
@@ -86,7 +76,7 @@ def test_equalized_channels_keep_the_quiet_ones(target):
     plain = compile(model, calibration[0], target, calibration, CompileOptions(show_progress=False))
     equalized = compile(model, calibration[0], target, calibration,
                         CompileOptions(show_progress=False, equalization=True))
-    assert _sqnr_db(model, equalized, evaluation) > _sqnr_db(model, plain, evaluation) + 6
+    assert program_sqnr_db(model, equalized, evaluation) > program_sqnr_db(model, plain, evaluation) + 6
     assert all(torch.equal(p, w) for p, w in zip(model.parameters(), weights, strict=True))  # the user's model
     check_case(equalized, evaluation[0])
 

@@ -3,16 +3,13 @@ into int8 ops on every target, GELU into NPU ops on targets with an NPU. A trans
 one NPU partition with TFLM's numbers, int8 on the CPU-only target, and the rewrites are the functions
 they replace in float."""
 
-import math
 
-import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 from edge_graphs import aten_passes
-from program_checks import check_case
+from program_checks import check_case, program_sqnr_db
 
-import imxrt.runtime
 from imxrt.npu.compilers.reference import litert_ops
 from imxrt.passes.decompose_gelu import DecomposeGeluPass
 from imxrt.passes.decompose_layer_norm import DecomposeLayerNormPass
@@ -295,18 +292,6 @@ def test_block_is_int8_on_the_cpu_only_target(name):
 
 # --- int8 accuracy ----------------------------------------------------------------------------------------
 
-def _sqnr_db(model, result, samples) -> float:
-    program = imxrt.runtime.load(result.pte)
-    signal = noise = 0.0
-    for inputs in samples:
-        with torch.no_grad():
-            reference = model(*inputs).double().numpy()
-        difference = reference - program.forward(*inputs)[0].astype(np.float64)
-        signal += float((reference ** 2).sum())
-        noise += float((difference ** 2).sum())
-    return 10 * math.log10(signal / noise)
-
-
 @pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
 def test_norm_linear_int8_accuracy(target):
     """LayerNorm(64) -> Linear(64, 64) on a ViT-like residual stream, the int8 program against the float
@@ -320,7 +305,7 @@ def test_norm_linear_int8_accuracy(target):
     held_out = _residual_stream(generator, 16, dim=64)
     result = _compile(model, target, calibration)
     assert result.report["summary"]["ops_cpu_float"] == 0
-    assert _sqnr_db(model, result, held_out) > 27.0
+    assert program_sqnr_db(model, result, held_out) > 27.0
 
 
 class WideGelu(nn.Module):
@@ -349,4 +334,4 @@ def test_wide_gelu_on_the_npu_is_as_accurate_as_the_cpu_table():
     table = _compile(model, "imxrt700-cpu", calibration)
     assert npu.report["summary"]["partitions"] == 1
     assert "aten.gelu.default" not in {op["op"] for op in npu.report["ops"]}
-    assert _sqnr_db(model, npu, held_out) > _sqnr_db(model, table, held_out) - 1.0
+    assert program_sqnr_db(model, npu, held_out) > program_sqnr_db(model, table, held_out) - 1.0

@@ -1,16 +1,15 @@
 """Layers kept in float (``CompileOptions(float_layers=...)``, ``--float-layer NAME``): the named modules run
 in float on the Cortex-M, the data movement from the model's input to them too, the rest int8."""
 
-import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-from program_checks import check_case
+from program_checks import check_case, program_sqnr_db
 
-import imxrt.runtime
 from imxrt.cli import EXIT_USER_ERROR, main
 from imxrt.errors import BadOption
 from imxrt.pipeline import CompileOptions, compile
+from imxrt.placement import FLOAT_LAYER_KEPT
 
 
 class _Detector(nn.Module):
@@ -36,16 +35,6 @@ def _signals(count: int, seed: int) -> list[tuple[torch.Tensor]]:
             for _ in range(count)]
 
 
-def _sqnr_db(model, result, samples) -> float:
-    program = imxrt.runtime.load(result.pte)
-    signal = noise = 0.0
-    for sample in samples:
-        reference = model(*sample).detach().numpy().reshape(-1)
-        signal += float(np.sum(reference ** 2))
-        noise += float(np.sum((program.forward(*sample)[0].reshape(-1) - reference) ** 2))
-    return 10 * np.log10(signal / noise)
-
-
 @pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
 def test_a_float_front_end_keeps_what_int8_input_rounds_away(target):
     model = _Detector().eval()
@@ -54,8 +43,22 @@ def test_a_float_front_end_keeps_what_int8_input_rounds_away(target):
     kept = compile(model, calibration[0], target, calibration,
                    CompileOptions(show_progress=False, float_layers=("front",)))
     assert kept.report["summary"]["ops_cpu_float"] > plain.report["summary"]["ops_cpu_float"]
-    assert _sqnr_db(model, kept, evaluation) > _sqnr_db(model, plain, evaluation) + 10
+    assert program_sqnr_db(model, kept, evaluation) > program_sqnr_db(model, plain, evaluation) + 10
     check_case(kept, evaluation[0])
+
+
+def test_the_report_says_the_layer_was_kept_float_not_a_cell_state():
+    """Both are tagged for the quantizer to leave float; the report named every such op an LSTM's cell state
+    and advised --cell-state int8 for a model without one."""
+    model = _Detector().eval()
+    samples = _signals(4, 1)
+    result = compile(model, samples[0], "imxrt700", samples,
+                     CompileOptions(show_progress=False, float_layers=("front",)))
+    (convolution,) = [op for op in result.report["ops"] if op["op"].startswith("aten.convolution")
+                      and op["execution"] == "cpu float"]
+    assert convolution["reason"].startswith(FLOAT_LAYER_KEPT) and "'front'" in convolution["reason"]
+    assert not any(item["kind"] == "cell_state" or item.get("op") == convolution["name"]
+                   for item in result.report["advice"])
 
 
 def test_a_name_that_is_no_module_is_refused_with_the_names():

@@ -16,7 +16,7 @@ from executorch.exir.lowered_backend_module import LoweredBackendModule
 from torch.fx import Node
 
 from imxrt.passes.qdq import is_dequantize, is_quantize, tensor_args
-from imxrt.passes.unroll_recurrent_layers import keeps_float
+from imxrt.passes.unroll_recurrent_layers import FLOAT_LAYER, float_kept_for
 from imxrt.quantization.rules import Device, runs_in_int8
 
 
@@ -25,8 +25,10 @@ def op_name(node: Node) -> str:
     return getattr(node.target, "__name__", str(node.target))
 
 
-# How the reason of an LSTM's float cell update starts (the advice knows a chosen float op by it).
+# How the reason of an LSTM's float cell update, and of an op of a layer kept in float, starts (the advice
+# knows a chosen float op by it).
 FLOAT_CELL_STATE = "an LSTM's cell state is float (--cell-state float, the default)"
+FLOAT_LAYER_KEPT = "kept in float (--float-layer)"
 
 
 def not_quantized_reason(node: Node) -> str:
@@ -38,7 +40,10 @@ def not_quantized_reason(node: Node) -> str:
     stack = node.meta.get("nn_module_stack") or {}
     path, module_type = list(stack.values())[-1] if stack else ("", "")
     where = f" in {module_type.rsplit('.', 1)[-1]} '{path}'" if path else ""
-    if keeps_float(node):
+    kept_for = float_kept_for(node)
+    if kept_for == FLOAT_LAYER:
+        return f"{FLOAT_LAYER_KEPT}{where}"
+    if kept_for is not None:
         return (f"{FLOAT_CELL_STATE}{where}: its update runs in float (--cell-state int8: the step all int8, "
                 "less accurate)")
     if runs_in_int8(getattr(node.target, "_op", None), Device.NPU):  # an operand or its result is the cause

@@ -62,13 +62,24 @@ aten = torch.ops.aten
 
 # Node meta key: the recurrent state a node holds one step of (``<layer>.h`` or ``<layer>.c``).
 RECURRENT_STATE = "imxrt_recurrent_state"
-# Key in a node's ``meta["custom"]`` (kept through export and to_edge): an op the quantizer leaves in float
-# (a rolled LSTM's cell update, with a float cell state); ``keeps_float`` reads it.
+# Key in a node's ``meta["custom"]`` (kept through export and to_edge): an op the quantizer leaves in float,
+# its value why: FLOAT_CELL (a rolled LSTM's cell update, with a float cell state) or FLOAT_LAYER (a module the
+# user keeps in float, ``--float-layer``). ``keep_float`` writes it, ``keeps_float`` and ``float_kept_for`` read it.
 KEEP_FLOAT = "imxrt_keep_float"
+FLOAT_CELL, FLOAT_LAYER = "cell_state", "float_layer"
+
+
+def keep_float(node: Node, why: str) -> None:
+    node.meta["custom"] = {**(node.meta.get("custom") or {}), KEEP_FLOAT: why}  # a copied node shares the dict
+
+
+def float_kept_for(node: Node) -> str | None:
+    """Why the quantizer leaves ``node`` in float (``FLOAT_CELL`` / ``FLOAT_LAYER``), or None."""
+    return (node.meta.get("custom") or {}).get(KEEP_FLOAT) or None
 
 
 def keeps_float(node: Node) -> bool:
-    return bool((node.meta.get("custom") or {}).get(KEEP_FLOAT))
+    return float_kept_for(node) is not None
 
 _SEQUENCES = {aten.gru.input: "gru", aten.lstm.input: "lstm", aten.rnn_tanh.input: "rnn_tanh",
               aten.rnn_relu.input: "rnn_relu"}
@@ -108,7 +119,7 @@ class _Steps:
         """An op of an LSTM's cell update: in float when the cell state is."""
         node = self.op(target, *args)
         if self.float_cell:
-            node.meta["custom"] = {**(node.meta.get("custom") or {}), KEEP_FLOAT: True}
+            keep_float(node, FLOAT_CELL)
         return node
 
     def op(self, target, *args) -> Node:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from torch.fx import GraphModule, Node
 
 from imxrt.errors import BadOption
-from imxrt.passes.unroll_recurrent_layers import KEEP_FLOAT
+from imxrt.passes.unroll_recurrent_layers import FLOAT_LAYER, keep_float
 
 SHOWN_NAMES = 12  # module names listed when one given is not the model's
 
@@ -46,6 +46,6 @@ def keep_float_layers(gm: GraphModule, names: Iterable[str]) -> int:
     tagged = 0
     for node in calls:
         if any(_inside(path, name) for path in paths[node] for name in names):
-            node.meta["custom"] = {**(node.meta.get("custom") or {}), KEEP_FLOAT: True}  # a copied node shares it
+            keep_float(node, FLOAT_LAYER)
             tagged += 1
     return tagged

@@ -20,7 +20,7 @@ remedy its figures point to (``layer_advice``, ``LAYER_REMEDIES``).
 from __future__ import annotations
 
 from imxrt.perf import loop_placement
-from imxrt.placement import FLOAT_CELL_STATE
+from imxrt.placement import FLOAT_CELL_STATE, FLOAT_LAYER_KEPT
 from imxrt.report.names import label
 
 SHOWN = 3  # items the CLI prints
@@ -90,13 +90,16 @@ def _channels_last_input(report: dict, total: float) -> dict | None:
     }, total, saves)
 
 
+_CHOSEN_ON_THE_CPU = (loop_placement.CHOSEN, FLOAT_CELL_STATE, FLOAT_LAYER_KEPT)  # how such ops' reasons start
+
+
 def _cpu_ops(report: dict, total: float) -> list[dict]:
     us = _cpu_us(report)
     items = []
     for op in report["ops"]:
         if op["placement"] != "cpu" or op.get("model_io") or op.get("execution") not in ("cpu float", "cpu int8") \
                 or us.get(op["name"], 0.0) <= 0 or "converts" in op.get("reason", "") \
-                or op.get("reason", "").startswith((loop_placement.CHOSEN, FLOAT_CELL_STATE)):  # chosen there
+                or op.get("reason", "").startswith(_CHOSEN_ON_THE_CPU):
             continue
         how = "in float" if op["execution"] == "cpu float" else "in int8 on the CPU, outside the NPU partitions"
         why = op.get("cpu_reason") if op["execution"] == "cpu float" else None

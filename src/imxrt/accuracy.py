@@ -34,6 +34,7 @@ from tqdm import tqdm
 from imxrt.errors import BadInput, BadModel, BadOption, ImxrtError
 from imxrt.model_checks import called_exit, read_samples
 from imxrt.passes._graph import constant_value
+from imxrt.report.names import module_paths
 
 Metric = Callable[[torch.Tensor, object], float]  # (first model output, label) -> score of one sample
 
@@ -472,17 +473,12 @@ def _check_label(index: int, label, output: torch.Tensor) -> None:
                        "(top-1 needs one integer label per sample; pass metric= for other labels)")
 
 
-def _module_paths(node: torch.fx.Node) -> list[str]:
-    stack = node.meta.get("nn_module_stack") if node.op == "call_function" else None
-    return [path for path, _ in stack.values()] if stack else []
-
-
 def _leaves_module(quantize: torch.fx.Node, path: str) -> bool:
     """Whether the value ``quantize`` rounds is read outside the module ``path``: it is that module's output,
     not a value inside it (a transformer layer's attention scores are not the layer's output)."""
     readers = [user for dq in quantize.users for user in dq.users] + list(quantize.users)
     return any(r.op == "output" or (r.op == "call_function" and "dequantize" not in str(r.target)
-                                    and path not in _module_paths(r)) for r in readers)
+                                    and path not in module_paths(r)) for r in readers)
 
 
 class _LayerSqnr:
@@ -507,7 +503,7 @@ class _LayerSqnr:
         for node in graph_module.graph.nodes:
             if node.op == "call_function" and "quantize_per_tensor" in str(node.target) and \
                     "dequantize" not in str(node.target):
-                paths = _module_paths(node.args[0]) if isinstance(node.args[0], torch.fx.Node) else []
+                paths = module_paths(node.args[0]) if isinstance(node.args[0], torch.fx.Node) else []
                 if paths and _leaves_module(node, paths[-1]):
                     self.producers[node.name] = paths[-1]
         self.paths = set(self.producers.values())

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.fx import GraphModule, Node
 
-from imxrt.passes._graph import add_constant, constant_value, delete_attribute
+from imxrt.passes._graph import add_constant, constant_value, delete_attribute, layer_parameters
 
 aten = torch.ops.aten
 
@@ -103,10 +103,8 @@ class _Chain:
 
 def _scalable_layer(gm: GraphModule, node: object) -> bool:
     """A conv2d / linear with a constant weight (and a constant bias or none)."""
-    if not isinstance(node, Node) or node.op != "call_function" or node.target not in _LAYER_INPUT_AXIS:
-        return False
-    bias = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
-    return constant_value(gm, node.args[1]) is not None and (bias is None or constant_value(gm, bias) is not None)
+    return isinstance(node, Node) and node.op == "call_function" and node.target in _LAYER_INPUT_AXIS \
+        and layer_parameters(gm, node) is not None
 
 
 def _rank(node: Node) -> int | None:

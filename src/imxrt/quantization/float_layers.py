@@ -13,17 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from torch.fx import GraphModule, Node
+from torch.fx import GraphModule
 
 from imxrt.errors import BadOption
 from imxrt.passes.unroll_recurrent_layers import FLOAT_LAYER, keep_float
+from imxrt.report.names import module_paths
 
 SHOWN_NAMES = 12  # module names listed when one given is not the model's
-
-
-def _module_paths(node: Node) -> list[str]:
-    """The module paths (``encoder.0``) whose forward made ``node``."""
-    return [path for path, _ in (node.meta.get("nn_module_stack") or {}).values() if isinstance(path, str)]
 
 
 def _inside(path: str, name: str) -> bool:
@@ -37,7 +33,7 @@ def keep_float_layers(gm: GraphModule, names: Iterable[str]) -> int:
     if not names:
         return 0
     calls = [node for node in gm.graph.nodes if node.op == "call_function"]
-    paths = {node: _module_paths(node) for node in calls}
+    paths = {node: module_paths(node) for node in calls}
     known = list(dict.fromkeys(path for node_paths in paths.values() for path in node_paths if path))  # model order
     for name in names:
         if not any(_inside(path, name) for path in known):

@@ -24,6 +24,13 @@ def module_of(node: Node) -> dict:
     return {}
 
 
+def module_paths(node: Node) -> list[str]:
+    """The paths of every module whose ``forward`` was running when ``node`` was traced, outermost first
+    (``""``: the model's own forward); none for a node that is not a call."""
+    stack = node.meta.get("nn_module_stack") if node.op == "call_function" else None
+    return [path for path, _ in stack.values()] if stack else []
+
+
 def label(op: dict) -> str:
     """How a report row is shown: ``features.3.conv.1 (Conv2d)``, ``MobileNetV2.forward`` for the model's own
     forward, else the op's node name."""

@@ -61,6 +61,19 @@ def test_the_report_says_the_layer_was_kept_float_not_a_cell_state():
                    for item in result.report["advice"])
 
 
+def test_the_movement_into_a_float_layer_is_reported_as_kept_for_it():
+    """The unsqueeze and pad between the model's input and a float front end stay float with it; they were
+    reported as ops with no int8 rule, and the advice asked to move them to the NPU."""
+    model = _Detector().eval()
+    samples = _signals(4, 1)
+    result = compile(model, samples[0], "imxrt700", samples,
+                     CompileOptions(show_progress=False, float_layers=("front",)))
+    floats = {op["op"]: op["reason"] for op in result.report["ops"] if op["execution"] == "cpu float"}
+    assert {"aten.unsqueeze_copy.default", "aten.reflection_pad2d.default"} <= floats.keys()
+    assert all(reason.startswith(FLOAT_LAYER_KEPT) for reason in floats.values()), floats
+    assert not [item for item in result.report["advice"] if item["kind"] == "cpu_op"]
+
+
 def test_a_name_that_is_no_module_is_refused_with_the_names():
     model = _Detector().eval()
     sample = _signals(1, 1)

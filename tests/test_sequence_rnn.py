@@ -19,6 +19,7 @@ from imxrt.npu.compilers.reference import litert_ops
 from imxrt.passes.recurrent_loops import find_loops, run_loops
 from imxrt.passes.unroll_recurrent_layers import UnrollRecurrentLayersPass
 from imxrt.perf import loop_placement
+from imxrt.placement import FLOAT_CELL_STATE
 from imxrt.pipeline import CompileOptions, compile
 from imxrt.quantization.quantizer import ImxrtQuantizer
 
@@ -488,6 +489,8 @@ def test_a_streaming_lstm_cells_state_crosses_the_boundary_in_float(target):
     floats = {op["op"] for op in result.report["ops"] if op["execution"] == "cpu float"}
     assert floats <= {"aten.select_copy.int", "aten.mul.Tensor", "aten.add.Tensor", "aten.tanh.default",
                       "aten.cat.default", "aten.view_copy.default", "aten.unsqueeze_copy.default"}, floats
+    reasons = [op["reason"] for op in result.report["ops"] if op["execution"] == "cpu float"]
+    assert all(FLOAT_CELL_STATE in reason for reason in reasons), reasons  # the state's parts too
     state_scales = [float(n.args[1]) for n in result.quantized.graph.nodes
                     if n.op == "call_function" and "quantize_per_tensor" in str(n.target)
                     and getattr(n.args[0], "target", None) == torch.ops.aten.select.int]

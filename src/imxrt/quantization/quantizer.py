@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Container
+
 import torch
 from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e.quantizer import (
@@ -12,7 +14,7 @@ from torchao.quantization.pt2e.quantizer import (
 )
 
 from imxrt.passes.recurrent_loops import LOOP_CARRY
-from imxrt.passes.unroll_recurrent_layers import RECURRENT_STATE, keeps_float
+from imxrt.passes.unroll_recurrent_layers import RECURRENT_STATE, float_kept_for, keep_float, keeps_float
 from imxrt.quantization import rules, specs
 
 _ANNOTATION = "quantization_annotation"
@@ -92,8 +94,10 @@ class ImxrtQuantizer(Quantizer):
         # loop carries first: their readers share them
         _annotate_loop_carries(model, specs.activation_spec(self.qat, ranges=self.ranges))
         float_state = float_state_movements(model.graph)
+        for node, why in float_state.items():  # the report and the advice then say why they are float
+            keep_float(node, why)
         for node in model.graph.nodes:
-            if node.op != "call_function" or _ANNOTATION in node.meta or keeps_float(node) or node in float_state:
+            if node.op != "call_function" or _ANNOTATION in node.meta or keeps_float(node):
                 continue
             rule = rules.rule_for(table, node)
             if rule is None or not (_is_float_tensor(node) or isinstance(rule, rules.Compare)):
@@ -239,18 +243,20 @@ def _reaches_output_by_movement(node: Node) -> bool:
     return all(user.op == "output" or (_moves(user) and _reaches_output_by_movement(user)) for user in node.users)
 
 
-def float_state_movements(graph) -> set[Node]:
-    """The data movement between the model's inputs / outputs and a state kept in float (``KEEP_FLOAT``: an
-    LSTM's cell state), left in float so the state crosses the program's boundary as it is.
+def float_state_movements(graph) -> dict[Node, str]:
+    """The data movement between the model's inputs / outputs and a value kept in float (``KEEP_FLOAT``: an
+    LSTM's cell state, a layer kept in float), left in float so the value crosses the program's boundary as it
+    is; each with why the op it serves is kept float.
 
     A streaming model takes its state as one input, ``state[0]`` its h, ``state[1]`` its c, and returns
     ``stack([h, c])``: quantizing that tensor gave c, kept in float inside the step, one int8 scale between
     calls, and h the same scale as c (ExecuTorch's Silero VAD example: h in ±1 rounded to a step of 0.15). The
     parts of such an input are taken in float, each quantized by its own readers (h by the linear layers,
     c not at all), and the stack of such an output is made in float from the dequantized h and the float c."""
-    left: set[Node] = set()
+    left: dict[Node, str] = {}
     for node in graph.nodes:
-        if not keeps_float(node):
+        why = float_kept_for(node)
+        if why is None:
             continue
         for value in node.all_input_nodes:  # back to a model input through its part's movement
             chain = []
@@ -258,18 +264,18 @@ def float_state_movements(graph) -> set[Node]:
                 chain.append(value)
                 value = value.args[0]
             if chain and value.op == "placeholder":
-                left.update(chain)
-                left.update(user for user in value.users if _moves(user))  # its sibling parts too
+                siblings = [user for user in value.users if _moves(user)]  # its sibling parts too
+                left.update((moved, left.get(moved, why)) for moved in chain + siblings)
         stack = [user for user in node.users if _moves(user) and _reaches_output_by_movement(user)]
         while stack:  # forward to the model's outputs
             user = stack.pop()
             if user not in left:
-                left.add(user)
+                left[user] = why
                 stack.extend(u for u in user.users if u.op != "output")
     return left
 
 
-def _share_recurrent_state_observers(model: GraphModule, float_state: set[Node] = frozenset()) -> None:
+def _share_recurrent_state_observers(model: GraphModule, float_state: Container[Node] = frozenset()) -> None:
     """Every step of a recurrent state (``RECURRENT_STATE``: a GRU's or LSTM's h, an LSTM's c) reads and writes
     one int8 scale: one observer for all of them, as TFLite's int8 LSTM keeps one scale per state.
 

@@ -49,7 +49,7 @@ def test_a_range_stretched_by_one_outlier_sample_ranks_first_with_a_clipped_rang
     assert worst["path"] == "a" and worst["op"] == "linear", accuracy["layers"]
     assert worst["own_sqnr_db"] < WORTH_FIXING_DB and worst["own_sqnr_db"] < accuracy["layers"][1]["own_sqnr_db"] - 10
     assert max(abs(v) for v in worst["range"]) > 4 * worst["p9999"] and worst["saturated"] == 0
-    (item,) = accuracy["advice"]
+    (item,) = [item for item in accuracy["advice"] if item["cause"] != "model_input_rounding"]  # a reads x too
     assert item["layer"] == "a" and item["cause"] == "outlier_range"
     assert "--activation-ranges mse" in item["change"] and f"{worst['p9999']:.4g}" in item["why"]
     assert any(line.lstrip().startswith("a ") for line in accuracy["lines"])  # the ranked table
@@ -80,3 +80,67 @@ def test_a_layer_losing_little_gets_no_remedy():
                                     ]})[0]["cause"] == "int8_rounding"  # neither rounding dominates: QAT
     saturating = row | {"own_sqnr_db": 20.0, "weight_sqnr_db": 40.0, "output_sqnr_db": 20.0, "saturated": 0.01}
     assert layer_advice({"layers": [saturating]})[0]["cause"] == "saturation"
+
+
+class ActivatedOutside(nn.Module):
+    """Convolutions whose ReLU is applied by the parent's forward, ``F.relu(conv(x))`` (ExecuTorch's Silero VAD
+    example's encoder): the ReLU fuses into each conv's rounding, outside the conv's module."""
+
+    def __init__(self):
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Conv1d(4, 8, 3, padding=1), nn.Conv1d(8, 8, 3, padding=1)])
+        self.head = nn.Conv1d(8, 2, 1)
+
+    def forward(self, x):
+        for conv in self.convs:
+            x = nn.functional.relu(conv(x))
+        return self.head(x)
+
+
+def test_a_layer_activated_outside_its_module_is_ranked():
+    """Its rounded value left no module (the ReLU is the parent's), so the ranking had skipped it. It is the
+    conv's layer, compared with nothing cumulative: the conv module's float output is before the ReLU."""
+    torch.manual_seed(0)
+    calibration = [(torch.randn(1, 4, 32),) for _ in range(16)]
+    model = ActivatedOutside().eval()
+    result = compile(model, calibration[0], "imxrt700", calibration, CompileOptions(show_progress=False))
+    data = [(inputs, 0) for inputs in calibration[:8]]
+    report = evaluate(model, imxrt.runtime.load(result.pte), data, calibration[0], quantized=result.quantized,
+                      metric=lambda output, label: 0.0, show_progress=False)
+    rows = {row.path: row for row in report.layers}
+    assert {"convs.0", "convs.1", "head"} <= rows.keys(), rows.keys()
+    assert rows["convs.0"].op == "conv2d" and rows["convs.0"].range[0] == 0  # the ReLU's range
+    assert rows["convs.0"].sqnr_db is None and rows["head"].sqnr_db is not None
+
+
+class Detector(nn.Module):
+    """A learned front end over a sensor signal (zero-sum filters: they reject its offset) and a conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.front = nn.Conv1d(1, 4, 8, stride=4, bias=False)
+        self.encoder = nn.Conv1d(4, 4, 3, bias=False)
+        with torch.no_grad():
+            self.front.weight.sub_(self.front.weight.mean(-1, keepdim=True))
+
+    def forward(self, x):
+        return self.encoder(self.front(x.unsqueeze(1)))
+
+
+def test_a_layer_an_int8_model_input_starves_is_advised_to_stay_float():
+    """Detail of ±0.01 on an offset of up to ±0.9: the input's int8 rounding keeps most of its energy (the
+    offset), but the front end rejects the offset, and its output is mostly that rounding."""
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(1)
+    offsets = 0.9 * (2 * torch.rand(16, 1, 1, generator=generator) - 1)
+    samples = [(offset + 0.01 * torch.randn(1, 256, generator=generator),) for offset in offsets]
+    model = Detector().eval()
+    result = compile(model, samples[0], "imxrt700", samples, CompileOptions(show_progress=False))
+    report = evaluate(model, imxrt.runtime.load(result.pte), [(inputs, 0) for inputs in samples], samples[0],
+                      quantized=result.quantized, metric=lambda output, label: 0.0, show_progress=False)
+    front = next(row for row in report.layers if row.path == "front")
+    assert front.reads_model_input and front.input_rounding_db > front.input_sqnr_db + 10
+    (item,) = [item for item in report.advice if item["cause"] == "model_input_rounding"]
+    assert item["layer"] == "front" and "--float-layer front" in item["change"]
+    encoder = next(row for row in report.layers if row.path == "encoder")
+    assert not encoder.reads_model_input

@@ -19,8 +19,8 @@ from imxrt.npu.compilers.reference import litert_ops
 from imxrt.passes.recurrent_loops import find_loops, run_loops
 from imxrt.passes.unroll_recurrent_layers import UnrollRecurrentLayersPass
 from imxrt.perf import loop_placement
-from imxrt.placement import FLOAT_CELL_STATE
 from imxrt.pipeline import CompileOptions, compile
+from imxrt.placement import FLOAT_CELL_STATE
 from imxrt.quantization.quantizer import ImxrtQuantizer
 
 pytestmark = pytest.mark.slow  # every test here compiles models

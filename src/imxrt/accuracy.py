@@ -34,6 +34,7 @@ from tqdm import tqdm
 from imxrt.errors import BadInput, BadModel, BadOption, ImxrtError
 from imxrt.model_checks import called_exit, read_samples
 from imxrt.passes._graph import constant_value
+from imxrt.quantization.rules import DATA_MOVEMENT
 from imxrt.report.names import module_paths
 
 Metric = Callable[[torch.Tensor, object], float]  # (first model output, label) -> score of one sample
@@ -87,14 +88,14 @@ def layer_table(rows: list[dict], shown: int = RANKED) -> list[str]:
     width = max(len(row["path"]) for row in rows[:shown])
     ops = max(len(row["op"]) for row in rows[:shown])
     lines = ["layers losing the most SQNR themselves (own: the layer alone, on the float value of its input; "
-             "dB):",
-             f"  {'layer':{width}}  {'op':{ops}} {'SQNR':>6} {'own':>6} {'output':>6} {'weights':>7}  "
+             "input: the layer on the int8 value of its input; dB):",
+             f"  {'layer':{width}}  {'op':{ops}} {'SQNR':>6} {'own':>6} {'output':>6} {'weights':>7} {'input':>6}  "
              "output scale, range"]
     for row in rows[:shown]:
         low, high = row["range"]
         lines.append(f"  {row['path']:{width}}  {row['op']:{ops}} {db(row['sqnr_db']):>6} {db(row['own_sqnr_db']):>6} "
-                     f"{db(row['output_sqnr_db']):>6} {db(row['weight_sqnr_db']):>7}  {row['scale']:.4g}, "
-                     f"[{low:.4g}, {high:.4g}]")
+                     f"{db(row['output_sqnr_db']):>6} {db(row['weight_sqnr_db']):>7} "
+                     f"{db(row.get('input_sqnr_db')):>6}  {row['scale']:.4g}, [{low:.4g}, {high:.4g}]")
     return lines
 
 
@@ -123,12 +124,17 @@ class LayerLoss:
     p9999: float
     saturated: float
     weight_levels: int | None
+    input_sqnr_db: float | None = None
+    input_rounding_db: float | None = None
+    reads_model_input: bool = False
 
     def as_dict(self) -> dict:
         return {"path": self.path, "op": self.op, "sqnr_db": _finite(self.sqnr_db),
                 "own_sqnr_db": _finite(self.own_sqnr_db), "output_sqnr_db": _finite(self.output_sqnr_db),
                 "weight_sqnr_db": _finite(self.weight_sqnr_db), "scale": self.scale, "range": list(self.range),
-                "p9999": self.p9999, "saturated": self.saturated, "weight_levels": self.weight_levels}
+                "p9999": self.p9999, "saturated": self.saturated, "weight_levels": self.weight_levels,
+                "input_sqnr_db": _finite(self.input_sqnr_db), "input_rounding_db": _finite(self.input_rounding_db),
+                "reads_model_input": self.reads_model_input}
 
 
 class _Sqnr:
@@ -481,6 +487,31 @@ def _leaves_module(quantize: torch.fx.Node, path: str) -> bool:
                                     and path not in module_paths(r)) for r in readers)
 
 
+def _unit_free(shape) -> tuple[int, ...]:
+    """A shape without its 1s: a Conv1d's value is [N, C, 1, L] inside, as its conv2d computes it."""
+    return tuple(size for size in shape if size != 1)
+
+
+def _layer_of(quantize: torch.fx.Node, graph_module: torch.fx.GraphModule) -> tuple[str | None, bool]:
+    """The module whose output ``quantize`` rounds (None where the value is inside one, or of none), and
+    whether an activation outside that module came first: ``F.relu(self.conv(x))`` in the parent's forward
+    fuses the ReLU into the conv's rounding, so the value is the conv layer's, though its module returned it
+    before the ReLU."""
+    value = quantize.args[0]
+    if not isinstance(value, torch.fx.Node):
+        return None, False
+    paths = module_paths(value)
+    if paths and _leaves_module(quantize, paths[-1]):
+        return paths[-1], False
+    if value.target in DATA_MOVEMENT:  # a part or reshape of a layer's output is not that layer's output
+        return None, False
+    weights = _cluster_weights(quantize, graph_module)
+    inner = module_paths(weights[0][0]) if weights else []
+    if inner and inner[-1] not in paths and _leaves_module(quantize, inner[-1]):
+        return inner[-1], True
+    return None, False
+
+
 class _LayerSqnr:
     """SQNR of each module's int8 output, the activation the fake-quantized program rounds where the value
     leaves the module, against the float model's output of the same module (matched by module path; a
@@ -500,21 +531,25 @@ class _LayerSqnr:
         self.quantized = quantized
         graph_module = quantized.module(check_guards=False)
         self.producers: dict[str, str] = {}  # quantize node name -> module path whose output it rounds
+        self.activated: set[str] = set()  # modules whose output is rounded after an activation outside them
         for node in graph_module.graph.nodes:
             if node.op == "call_function" and "quantize_per_tensor" in str(node.target) and \
                     "dequantize" not in str(node.target):
-                paths = module_paths(node.args[0]) if isinstance(node.args[0], torch.fx.Node) else []
-                if paths and _leaves_module(node, paths[-1]):
-                    self.producers[node.name] = paths[-1]
+                path, outside = _layer_of(node, graph_module)
+                if path is not None:
+                    self.producers[node.name] = path
+                    if outside:
+                        self.activated.add(path)
         self.paths = set(self.producers.values())
         self.capture_program = _Capture(graph_module, self.producers)
         self.sqnr: dict[str, _Sqnr] = {}
-        self.float_path = _FloatPath(graph_module, self.producers)
         by_name = {node.name: node for node in graph_module.graph.nodes}
         self.own: dict[str, _OwnLoss] = {}  # module path -> what it loses itself
         for name, path in self.producers.items():
             if path not in self.own:  # a module called twice: the first call's qparams
                 self.own[path] = _OwnLoss(by_name[name], graph_module)
+        self.weighted = {own.weighted: path for path, own in self.own.items() if own.weighted is not None}
+        self.float_path = _FloatPath(graph_module, self.producers, self.weighted)
 
     def float_forward(self, inputs: tuple[torch.Tensor, ...]) -> tuple[object, dict[str, torch.Tensor], set[str],
                                                                       dict[str, torch.Tensor]]:
@@ -544,7 +579,7 @@ class _LayerSqnr:
         finally:
             for handle in handles:
                 handle.remove()
-        return output, floats, folded, self.float_path(inputs)
+        return output, floats, folded | self.activated, self.float_path(inputs)
 
     def capture(self, inputs: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
         """The value each layer's int8 output stands for, from the fake-quantized program."""
@@ -568,13 +603,16 @@ class _LayerSqnr:
     def add(self, floats: dict[str, torch.Tensor], folded: set[str], rounded: dict[str, torch.Tensor],
             unrounded: dict[str, torch.Tensor]) -> None:
         for node_name, value in unrounded.items():
-            self.own[self.producers[node_name]].add(value)
+            if node_name in self.producers:
+                self.own[self.producers[node_name]].add(value)
+            else:  # a weighted op on the float and on the int8 value of its input (``_FloatPath``)
+                self.own[self.weighted[node_name]].add_input(*value)
         for node_name, value in rounded.items():
             path = self.producers[node_name]
             reference = floats.get(path)
-            if path in folded or reference is None or tuple(reference.shape) != tuple(value.shape):
+            if path in folded or reference is None or _unit_free(reference.shape) != _unit_free(value.shape):
                 continue
-            self.sqnr.setdefault(path, _Sqnr()).add(reference, value)
+            self.sqnr.setdefault(path, _Sqnr()).add(reference, value.reshape(reference.shape))
 
     def result(self) -> dict[str, float]:
         return {path: sqnr.db for path, sqnr in self.sqnr.items()}
@@ -601,6 +639,12 @@ class _OwnLoss:
         weights = _cluster_weights(quantize, graph_module)
         self.op, self.weight_nsr, self.weight_levels = _weight_rounding(quantize, weights)
         self.rounding = _Sqnr()
+        # The weighted op's output on the int8 value of its input against it on the float value: what the
+        # input's rounding costs through the weights (``input``), and that rounding itself (``input_rounding``).
+        reads = _activation_input(weights[0][0]) if weights else None
+        self.weighted = weights[0][0].name if reads is not None else None
+        self.reads_model_input = reads is not None and _from_model_input(reads)
+        self.input, self.input_rounding = _Sqnr(), _Sqnr()
         self.histogram = np.zeros(_BINS + 1, dtype=np.int64)  # the last bin: at or beyond _SPAN half widths
         self.outside = 0
         self.values = 0
@@ -616,6 +660,11 @@ class _OwnLoss:
         self.outside += int(((value < self.range[0]) | (value > self.range[1])).sum())
         self.values += value.numel()
 
+    def add_input(self, output: torch.Tensor, from_int8: torch.Tensor, value: torch.Tensor,
+                  rounded: torch.Tensor) -> None:
+        self.input.add(output, from_int8)
+        self.input_rounding.add(value, rounded)
+
     def loss(self, path: str, cumulative: float | None) -> LayerLoss:
         output_nsr = 10 ** (-self.rounding.db / 10) if math.isfinite(self.rounding.db) else 0.0
         own_nsr = output_nsr + (self.weight_nsr or 0.0)
@@ -627,7 +676,10 @@ class _OwnLoss:
             weight_sqnr_db=None if self.weight_nsr is None else (
                 -10 * math.log10(self.weight_nsr) if self.weight_nsr > 0 else math.inf),
             scale=self.scale, range=self.range, p9999=float(f"{(bin_of + 1) * _SPAN / _BINS * self.half:.4g}"),
-            saturated=self.outside / max(self.values, 1), weight_levels=self.weight_levels)
+            saturated=self.outside / max(self.values, 1), weight_levels=self.weight_levels,
+            input_sqnr_db=self.input.db if self.weighted is not None else None,
+            input_rounding_db=self.input_rounding.db if self.weighted is not None else None,
+            reads_model_input=self.reads_model_input)
 
 
 def _is_qdq(node: torch.fx.Node, name: str) -> bool:
@@ -637,8 +689,15 @@ def _is_qdq(node: torch.fx.Node, name: str) -> bool:
 def _cluster_weights(quantize: torch.fx.Node, graph_module: torch.fx.GraphModule
                      ) -> list[tuple[torch.fx.Node, torch.fx.Node, torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(op, dequantize, int8 weight, scales, zero points) of each int8 constant the ops that compute
-    ``quantize``'s input read (back to the dequantizes of their activations)."""
-    found, stack, seen = [], [quantize.args[0]], set()
+    ``quantize``'s input read (back to the dequantizes of their activations); through a reshape of a layer's
+    output at its scale (a Conv1d's squeeze after its conv2d), that layer's."""
+    value = quantize.args[0]
+    if isinstance(value, torch.fx.Node) and value.op == "call_function" and value.target in DATA_MOVEMENT \
+            and isinstance(value.args[0], torch.fx.Node) and _is_qdq(value.args[0], "dequantize"):
+        moved = value.args[0].args[0]
+        if _is_qdq(moved, "quantize_per_tensor") and tuple(moved.args[1:3]) == tuple(quantize.args[1:3]):
+            return _cluster_weights(moved, graph_module)
+    found, stack, seen = [], [value], set()
     while stack:
         node = stack.pop()
         if not isinstance(node, torch.fx.Node) or node in seen or node.op != "call_function":
@@ -654,6 +713,27 @@ def _cluster_weights(quantize: torch.fx.Node, graph_module: torch.fx.GraphModule
             elif not _is_qdq(arg, "dequantize"):
                 stack.append(arg)
     return found
+
+
+def _activation_input(op: torch.fx.Node) -> torch.fx.Node | None:
+    """The dequantize of the int8 activation a conv / linear ``op`` reads, or None."""
+    value = op.args[0] if op.args else None
+    if isinstance(value, torch.fx.Node) and _is_qdq(value, "dequantize") and \
+            isinstance(value.args[0], torch.fx.Node) and _is_qdq(value.args[0], "quantize_per_tensor"):
+        return value
+    return None
+
+
+def _from_model_input(dequantize: torch.fx.Node) -> bool:
+    """Whether the int8 value ``dequantize`` gives is a model input, moved (padded, reshaped) but not computed:
+    its rounding is the input's."""
+    value = dequantize.args[0].args[0]
+    while isinstance(value, torch.fx.Node) and value.op == "call_function" and value.target in DATA_MOVEMENT:
+        source = value.args[0]
+        if not (isinstance(source, torch.fx.Node) and _is_qdq(source, "dequantize")):
+            return False
+        value = source.args[0].args[0]
+    return isinstance(value, torch.fx.Node) and value.op == "placeholder"
 
 
 def _weight_rounding(quantize: torch.fx.Node, weights: list) -> tuple[str, float | None, int | None]:
@@ -701,10 +781,13 @@ def _returning(graph_module: torch.fx.GraphModule, graph: torch.fx.Graph, values
 class _FloatPath:
     """The fake-quantized program with its activations unrounded (each activation's dequantize(quantize(x))
     read as x, int8 weights kept), returning the value each quantize node in ``names`` would round: each
-    layer's output computed from the float value of its input."""
+    layer's output computed from the float value of its input. For each conv / linear op in ``weighted``, also
+    (its output, its output on the int8 value of its input, that input's float value, its int8 value)."""
 
-    def __init__(self, graph_module: torch.fx.GraphModule, names: Iterable[str]):
+    def __init__(self, graph_module: torch.fx.GraphModule, names: Iterable[str], weighted: Iterable[str] = ()):
         graph = _flat_copy(graph_module)
+        ops = {node.name: node for node in graph.nodes if node.name in set(weighted)}
+        int8_inputs = {name: op.args[0] for name, op in ops.items()}  # their dequantizes, before the rewrite
         for node in list(graph.nodes):
             if _is_qdq(node, "dequantize") and isinstance(node.args[0], torch.fx.Node) and \
                     _is_qdq(node.args[0], "quantize_per_tensor"):
@@ -712,11 +795,22 @@ class _FloatPath:
         wanted = set(names)
         captured = [node for node in graph.nodes if node.name in wanted]
         self.names = [node.name for node in captured]
-        self.module = _returning(graph_module, graph, [node.args[0] for node in captured])
+        self.weighted = list(ops)
+        values = [node.args[0] for node in captured]
+        for name, op in ops.items():
+            with graph.inserting_after(op):
+                from_int8 = graph.call_function(op.target, (int8_inputs[name], *op.args[1:]), op.kwargs)
+            values += [op, from_int8, op.args[0], int8_inputs[name]]
+        self.module = _returning(graph_module, graph, values)
 
-    def __call__(self, inputs) -> dict[str, torch.Tensor]:
+    def __call__(self, inputs) -> dict[str, torch.Tensor | tuple[torch.Tensor, ...]]:
         with torch.no_grad():
-            return dict(zip(self.names, self.module(*inputs), strict=True))
+            values = list(self.module(*inputs))
+        count = len(self.names)
+        found: dict = dict(zip(self.names, values[:count], strict=True))
+        for index, name in enumerate(self.weighted):
+            found[name] = tuple(values[count + 4 * index: count + 4 * index + 4])
+        return found
 
 
 class _Capture:

@@ -210,6 +210,34 @@ LAYER_REMEDIES = (  # (cause, kind, remedy)
 
 
 def layer_advice(accuracy: dict) -> list[dict]:
+    """The advice items of the evaluation: the layer that loses the most SQNR itself (``_worst_layer``) and the
+    layer an int8 model input costs the most (``_rounded_model_input``)."""
+    return _worst_layer(accuracy) + _rounded_model_input(accuracy)
+
+
+def _rounded_model_input(accuracy: dict) -> list[dict]:
+    """The layer reading a model input whose output the input's int8 rounding costs the most, when it costs
+    enough to matter (``input_sqnr_db`` below ``WORTH_FIXING_DB``): kept in float, it reads the float input.
+    A waveform's 255 steps span its loudest calibration frame, so a frame 20 dB quieter gets some 25."""
+    rows = [row for row in accuracy.get("layers") or [] if row.get("reads_model_input")
+            and row.get("input_sqnr_db") is not None and row["input_sqnr_db"] < WORTH_FIXING_DB]
+    if not rows:
+        return []
+    row = min(rows, key=lambda row: (row["input_sqnr_db"], row["path"]))
+    return [{
+        "kind": "layer_sqnr",
+        "cause": "model_input_rounding",
+        "layer": row["path"],
+        "title": f"{row['path']} ({row['op']}) reads an int8 model input",
+        "change": f"--float-layer {row['path']} (CompileOptions(float_layers=(\"{row['path']}\",))): it then reads "
+                  "the float input, and runs in float on the Cortex-M",
+        "why": f"the input's int8 rounding ({_db(row['input_rounding_db'])}) leaves its output "
+               f"{_db(row['input_sqnr_db'])}",
+        "figure": f"SQNR {_db(row['input_sqnr_db'])} from its int8 input",
+    }]
+
+
+def _worst_layer(accuracy: dict) -> list[dict]:
     """The advice item for the layer that loses the most SQNR itself (the first of ``accuracy["layers"]``), when
     it loses enough to matter (own SQNR below ``WORTH_FIXING_DB``), with the remedy of the first cause of
     ``LAYER_REMEDIES`` its figures show."""

@@ -220,15 +220,18 @@ def _accuracy(report: dict) -> str:
     rows = "".join(
         f'<tr><td class="name">{_e(row["path"])}</td><td>{_e(row["op"])}</td><td class="n">{db(row["sqnr_db"])}</td>'
         f'<td class="n"><b>{db(row["own_sqnr_db"])}</b></td><td class="n">{db(row["output_sqnr_db"])}</td>'
-        f'<td class="n">{db(row["weight_sqnr_db"])}</td><td class="n">{_num(row["scale"]):.4g}</td>'
+        f'<td class="n">{db(row["weight_sqnr_db"])}</td><td class="n">{db(row.get("input_sqnr_db"))}</td>'
+        f'<td class="n">{_num(row["scale"]):.4g}</td>'
         f'<td class="n">[{_num(row["range"][0]):.4g}, {_num(row["range"][1]):.4g}]</td>'
         f'<td class="n">{_num(row["p9999"]):.4g}</td></tr>' for row in layers)
     return ('<section id="accuracy" class="accuracy"><h2>Accuracy: the layers that lose the most</h2>'
             f'<p class="note">{_e(accuracy.get("samples", "?"))} evaluation samples. SQNR is cumulative (a layer '
             "inherits its inputs' noise); own SQNR is the layer alone, on the float value of its input: its "
-            "output's rounding and its int8 weights' combined. dB.</p>"
+            "output's rounding and its int8 weights' combined; input is its output on the int8 value of its "
+            "input against it on the float value, the input's rounding as its weights see it. dB.</p>"
             '<div class="scroll"><table class="layers"><thead><tr><th>layer</th><th>op</th><th>SQNR</th>'
-            "<th>own</th><th>output</th><th>weights</th><th>scale</th><th>range</th><th>99.99% |x|</th></tr>"
+            "<th>own</th><th>output</th><th>weights</th><th>input</th><th>scale</th><th>range</th>"
+            "<th>99.99% |x|</th></tr>"
             f"</thead><tbody>{rows}</tbody></table></div></section>")
 
 

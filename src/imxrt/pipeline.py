@@ -43,7 +43,7 @@ from imxrt.profiling.provenance import trim_history
 from imxrt.quantization import ImxrtQuantizer, calibrate, rules
 from imxrt.quantization import qat as qat_module
 from imxrt.quantization.bias_correction import BiasCorrection
-from imxrt.quantization.convert import convert_and_export
+from imxrt.quantization.convert import convert, export_quantized
 from imxrt.quantization.equalization import equalize
 from imxrt.quantization.float_layers import keep_float_layers
 from imxrt.report import logit_steps, placement
@@ -91,9 +91,11 @@ def compile(
         if qat is not None:
             prepared = qat_module.prepare(exported, example_inputs, target)
             _train(qat, prepared)
-            quantized = qat_module.convert(prepared, example_inputs)
+            converted = qat_module.convert(prepared)
         else:
-            quantized = quantize(exported, example_inputs, calibration, options, target, gaps)
+            converted = quantize(exported, example_inputs, calibration, options, target, gaps)
+    with _timed(seconds, "export_quantized"):
+        quantized = export_quantized(converted, example_inputs)
     result = _compile_quantized(quantized, target, options, seconds)
     if gaps is not None:
         logit_steps.add_to_report(result.report, gaps)
@@ -126,7 +128,9 @@ def compile_qat(prepared: torch.nn.Module, example_inputs: Sequence[torch.Tensor
     module = qat_module.check_prepared(prepared, target, example_inputs)
     seconds: dict[str, float] = {}
     with _timed(seconds, "quantize"):
-        quantized = qat_module.convert(module, example_inputs)
+        converted = qat_module.convert(module)
+    with _timed(seconds, "export_quantized"):
+        quantized = export_quantized(converted, example_inputs)
     return _compile_quantized(quantized, target, options, seconds)
 
 
@@ -208,10 +212,10 @@ def quantize(
     options: CompileOptions,
     target: Target | None = None,
     gaps: logit_steps.DecisionGaps | None = None,
-) -> ExportedProgram:
+) -> torch.fx.GraphModule:
     """Graph passes, then pt2e int8 PTQ with ``ImxrtQuantizer`` (the target's rules; default: the
-    i.MX RT700's); returns the re-exported int8 program. ``gaps``: measures, as calibration runs, the
-    decisions int8 steps may flip."""
+    i.MX RT700's); returns the converted int8 module (``export_quantized`` makes it the program). ``gaps``:
+    measures, as calibration runs, the decisions int8 steps may flip."""
     graph_module = run_aten_passes(exported.module(check_guards=False), npu=_has_npu(target),
                                    qparam_flow=rules.qparam_flow(rules.devices_of(target)), rolled=True,
                                    float_cell_state=options.cell_state == "float")
@@ -234,7 +238,7 @@ def quantize(
         gaps.stop()
     if correction is not None:
         correction.apply()
-    return convert_and_export(prepared, example_inputs)
+    return convert(prepared)
 
 
 def lower(

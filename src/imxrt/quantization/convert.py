@@ -17,8 +17,12 @@ def share_equal_constants(converted: torch.fx.GraphModule) -> torch.fx.GraphModu
     return ShareEqualConstantsPass()(converted).graph_module
 
 
-def convert_and_export(prepared: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> ExportedProgram:
-    """Observers to quantize / dequantize nodes (``convert_pt2e``), equal constants shared, and the result
-    exported again."""
-    converted = share_equal_constants(convert_pt2e(prepared))
+def convert(prepared: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Observers to quantize / dequantize nodes (``convert_pt2e``), equal constants shared."""
+    return share_equal_constants(convert_pt2e(prepared))
+
+
+def export_quantized(converted: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> ExportedProgram:
+    """The converted module exported again: the program ``to_edge`` reads (a stage of its own, as upstream's
+    NXP flow counts it in lowering, not quantization)."""
     return torch.export.export(converted, tuple(example_inputs), strict=False)

@@ -23,7 +23,7 @@ from imxrt.model_checks import non_finite
 from imxrt.passes import run_aten_passes
 from imxrt.quantization import rules
 from imxrt.quantization.calibration import settle_zero_ranges
-from imxrt.quantization.convert import convert_and_export
+from imxrt.quantization.convert import convert as convert_quantized
 from imxrt.quantization.quantizer import ImxrtQuantizer
 from imxrt.targets import Target
 
@@ -100,15 +100,15 @@ def _describe(signature: list[list]) -> str:
     return ", ".join(f"{tuple(shape)} {dtype.replace('torch.', '')}" for shape, dtype in signature)
 
 
-def convert(prepared: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> ExportedProgram:
-    """The int8 program of a CPU copy of ``prepared`` (the user's module stays as it is, on its device, and
-    can train on): evaluation mode, each BN folded into its conv, the observers' ranges as qparams; returns
-    the re-exported program, as PTQ's ``quantize`` does."""
+def convert(prepared: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """The int8 module of a CPU copy of ``prepared`` (the user's module stays as it is, on its device, and
+    can train on): evaluation mode, each BN folded into its conv, the observers' ranges as qparams, as PTQ's
+    ``quantize`` returns it."""
     module = copy.deepcopy(prepared).to("cpu")
     module.eval()
     _check_trained(module)
     settle_zero_ranges(module)
-    return convert_and_export(module, example_inputs)
+    return convert_quantized(module)
 
 
 def _check_trained(module: torch.fx.GraphModule) -> None:

@@ -93,7 +93,7 @@ def compile(
             _train(qat, prepared)
             converted = qat_module.convert(prepared)
         else:
-            converted = quantize(exported, example_inputs, calibration, options, target, gaps)
+            converted = quantize_module(exported, example_inputs, calibration, options, target, gaps)
     with _timed(seconds, "export_quantized"):
         quantized = export_quantized(converted, example_inputs)
     result = _compile_quantized(quantized, target, options, seconds)
@@ -205,7 +205,7 @@ def _has_npu(target: Target | None) -> bool:
     return target is None or target.npu is not None  # None: the i.MX RT700, as ImxrtQuantizer reads it
 
 
-def quantize(
+def quantize_module(
     exported: ExportedProgram,
     example_inputs: tuple[torch.Tensor, ...],
     calibration: Iterable[Sequence[torch.Tensor]] | None,
@@ -214,8 +214,8 @@ def quantize(
     gaps: logit_steps.DecisionGaps | None = None,
 ) -> torch.fx.GraphModule:
     """Graph passes, then pt2e int8 PTQ with ``ImxrtQuantizer`` (the target's rules; default: the
-    i.MX RT700's); returns the converted int8 module (``export_quantized`` makes it the program). ``gaps``:
-    measures, as calibration runs, the decisions int8 steps may flip."""
+    i.MX RT700's); returns the converted int8 module (``quantize`` exports it). ``gaps``: measures, as
+    calibration runs, the decisions int8 steps may flip."""
     graph_module = run_aten_passes(exported.module(check_guards=False), npu=_has_npu(target),
                                    qparam_flow=rules.qparam_flow(rules.devices_of(target)), rolled=True,
                                    float_cell_state=options.cell_state == "float")
@@ -239,6 +239,19 @@ def quantize(
     if correction is not None:
         correction.apply()
     return convert(prepared)
+
+
+def quantize(
+    exported: ExportedProgram,
+    example_inputs: tuple[torch.Tensor, ...],
+    calibration: Iterable[Sequence[torch.Tensor]] | None,
+    options: CompileOptions,
+    target: Target | None = None,
+    gaps: logit_steps.DecisionGaps | None = None,
+) -> ExportedProgram:
+    """``quantize_module``, exported again: the int8 program ``lower`` takes."""
+    return export_quantized(quantize_module(exported, example_inputs, calibration, options, target, gaps),
+                            example_inputs)
 
 
 def lower(

@@ -103,7 +103,7 @@ def _describe(signature: list[list]) -> str:
 def convert(prepared: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """The int8 module of a CPU copy of ``prepared`` (the user's module stays as it is, on its device, and
     can train on): evaluation mode, each BN folded into its conv, the observers' ranges as qparams, as PTQ's
-    ``quantize`` returns it."""
+    ``quantize_module`` returns it."""
     module = copy.deepcopy(prepared).to("cpu")
     module.eval()
     _check_trained(module)

@@ -3,13 +3,14 @@ point to, even where the lowest cumulative SQNR is a later layer's."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
 import imxrt.runtime
 from imxrt.accuracy import evaluate
 from imxrt.pipeline import CompileOptions, compile
-from imxrt.report.advice import WORTH_FIXING_DB, layer_advice
+from imxrt.report.advice import FEW_LEVELS, WORTH_FIXING_DB, layer_advice
 
 FEATURES = 16
 
@@ -144,3 +145,47 @@ def test_a_layer_an_int8_model_input_starves_is_advised_to_stay_float():
     assert item["layer"] == "front" and "--float-layer front" in item["change"]
     encoder = next(row for row in report.layers if row.path == "encoder")
     assert not encoder.reads_model_input
+
+
+class Spread(nn.Module):
+    """A conv whose output channels differ 100x in gain, through a ReLU into a conv that weighs them alike."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv1d(4, 16, 3, padding=1)
+        self.b = nn.Conv1d(16, 4, 1)
+        with torch.no_grad():
+            self.a.weight[:4] *= 100
+            self.a.bias[:4] *= 100
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+@pytest.mark.parametrize("equalization", [False, True])
+def test_a_conv_with_far_apart_channels_is_advised_to_equalize_and_equalized_is_not(equalization):
+    """A quarter of a's channels set its scale; the rest span a few int8 steps. The advice names --equalize;
+    compiled with it, a's channels span comparable ranges and the advice is gone."""
+    torch.manual_seed(0)
+    samples = [(torch.randn(1, 4, 32),) for _ in range(16)]
+    model = Spread().eval()
+    result = compile(model, samples[0], "imxrt700", samples,
+                     CompileOptions(show_progress=False, equalization=equalization))
+    report = evaluate(model, imxrt.runtime.load(result.pte), [(inputs, 0) for inputs in samples], samples[0],
+                      quantized=result.quantized, metric=lambda output, label: 0.0, show_progress=False)
+    a = next(row for row in report.layers if row.path == "a")
+    spread = [item for item in report.advice if item["cause"] == "channel_spread"]
+    if equalization:
+        assert a.channel_levels > FEW_LEVELS and not spread
+    else:
+        assert a.channel_levels < FEW_LEVELS and a.channel_spread > 10
+        (item,) = spread
+        assert item["layer"] == "a" and "--equalize" in item["change"]
+
+
+def test_the_advice_leaves_a_conv_whose_channels_span_enough_steps():
+    row = {"path": "conv", "op": "conv2d", "sqnr_db": 40.0, "own_sqnr_db": 40.0, "output_sqnr_db": 40.0,
+           "weight_sqnr_db": 45.0, "scale": 0.1, "range": [0, 25.5], "p9999": 20.0, "saturated": 0.0,
+           "weight_levels": 127, "channel_levels": FEW_LEVELS + 1, "channel_spread": 3.0}
+    assert layer_advice({"layers": [row]}) == []
+    assert layer_advice({"layers": [row | {"channel_levels": FEW_LEVELS - 1}]})[0]["cause"] == "channel_spread"

@@ -111,7 +111,11 @@ class LayerLoss:
     (``weight_sqnr_db``), as noise powers add. ``scale`` and ``range`` are its output's quantization; ``p9999``
     the 99.99th percentile of its float output's magnitude over the evaluation data, ``saturated`` the share
     of those values outside the range; ``weight_levels`` the int8 levels its weights' narrowest output channel
-    uses (its largest magnitude, of 127)."""
+    uses (its largest magnitude, of 127). For a conv / linear layer reading an int8 activation,
+    ``input_sqnr_db``: its output on the int8 value of its input against it on the float value (``input_
+    rounding_db`` the input's own rounding; ``reads_model_input`` whether that input is a model input). For a
+    convolution, ``channel_levels``: the int8 steps a quarter of its live output channels span less than
+    (``CHANNEL_QUANTILE``), ``channel_spread`` the widest channel's range over that one's."""
 
     path: str
     op: str
@@ -127,6 +131,8 @@ class LayerLoss:
     input_sqnr_db: float | None = None
     input_rounding_db: float | None = None
     reads_model_input: bool = False
+    channel_levels: float | None = None
+    channel_spread: float | None = None
 
     def as_dict(self) -> dict:
         return {"path": self.path, "op": self.op, "sqnr_db": _finite(self.sqnr_db),
@@ -134,7 +140,8 @@ class LayerLoss:
                 "weight_sqnr_db": _finite(self.weight_sqnr_db), "scale": self.scale, "range": list(self.range),
                 "p9999": self.p9999, "saturated": self.saturated, "weight_levels": self.weight_levels,
                 "input_sqnr_db": _finite(self.input_sqnr_db), "input_rounding_db": _finite(self.input_rounding_db),
-                "reads_model_input": self.reads_model_input}
+                "reads_model_input": self.reads_model_input, "channel_levels": self.channel_levels,
+                "channel_spread": self.channel_spread}
 
 
 class _Sqnr:
@@ -624,6 +631,7 @@ class _LayerSqnr:
         return sorted(layers, key=lambda layer: (layer.own_sqnr_db, layer.path))
 
 
+CHANNEL_QUANTILE = 0.25  # the channel whose range ``channel_levels`` reports: a quarter of the channels span less
 _BINS = 4096  # |x| histogram over [0, _SPAN x the range's half width): the 99.99th percentile to 1/1024
 _SPAN = 4.0
 
@@ -645,6 +653,8 @@ class _OwnLoss:
         self.weighted = weights[0][0].name if reads is not None else None
         self.reads_model_input = reads is not None and _from_model_input(reads)
         self.input, self.input_rounding = _Sqnr(), _Sqnr()
+        # a convolution's output per channel (axis 1): the range each channel's values span
+        self.channels: tuple[torch.Tensor, torch.Tensor] | None = None
         self.histogram = np.zeros(_BINS + 1, dtype=np.int64)  # the last bin: at or beyond _SPAN half widths
         self.outside = 0
         self.values = 0
@@ -659,6 +669,24 @@ class _OwnLoss:
                                       minlength=_BINS + 1)
         self.outside += int(((value < self.range[0]) | (value > self.range[1])).sum())
         self.values += value.numel()
+        if self.op.startswith("conv") and value.dim() >= 3:
+            per_channel = value.movedim(1, 0).reshape(value.shape[1], -1)
+            low, high = per_channel.amin(dim=1), per_channel.amax(dim=1)
+            self.channels = (low, high) if self.channels is None else (torch.minimum(self.channels[0], low),
+                                                                        torch.maximum(self.channels[1], high))
+
+    def channel_levels(self) -> tuple[float | None, float | None]:
+        """The int8 steps the range of its quarter-narrowest live output channel spans (a quarter of its
+        channels span fewer), and the widest channel's range over that one's (None for a layer other than a
+        convolution, or one with no channel that varies)."""
+        if self.channels is None:
+            return None, None
+        spans = (self.channels[1] - self.channels[0]).clamp(min=0)
+        live = spans[spans > 0]
+        if live.numel() == 0:
+            return None, None
+        quarter = float(torch.quantile(live, CHANNEL_QUANTILE))
+        return round(quarter / self.scale, 1), round(float(live.max()) / quarter, 1)
 
     def add_input(self, output: torch.Tensor, from_int8: torch.Tensor, value: torch.Tensor,
                   rounded: torch.Tensor) -> None:
@@ -668,6 +696,7 @@ class _OwnLoss:
     def loss(self, path: str, cumulative: float | None) -> LayerLoss:
         output_nsr = 10 ** (-self.rounding.db / 10) if math.isfinite(self.rounding.db) else 0.0
         own_nsr = output_nsr + (self.weight_nsr or 0.0)
+        levels, spread = self.channel_levels()
         bin_of = int(np.searchsorted(np.cumsum(self.histogram), 0.9999 * self.values))
         return LayerLoss(
             path=path, op=self.op, sqnr_db=cumulative,
@@ -679,7 +708,7 @@ class _OwnLoss:
             saturated=self.outside / max(self.values, 1), weight_levels=self.weight_levels,
             input_sqnr_db=self.input.db if self.weighted is not None else None,
             input_rounding_db=self.input_rounding.db if self.weighted is not None else None,
-            reads_model_input=self.reads_model_input)
+            reads_model_input=self.reads_model_input, channel_levels=levels, channel_spread=spread)
 
 
 def _is_qdq(node: torch.fx.Node, name: str) -> bool:

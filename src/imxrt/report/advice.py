@@ -157,6 +157,7 @@ SATURATED = 1e-3  # share of its evaluated values outside the calibrated range t
 STRETCHED = 4.0  # calibrated range over the 99.99th percentile of |x| beyond which rare outliers stretch it
 DOMINATES_DB = 3.0  # one rounding dominates the other with twice its noise power
 WORTH_FIXING_DB = 30.0  # an own SQNR below which a layer's rounding is a visible share of its signal (3% RMS)
+FEW_LEVELS = 32.0  # int8 steps (5 bits) a quarter of a convolution's output channels span, below which to equalize
 
 
 def _weights_dominate(row: dict) -> str | None:
@@ -210,9 +211,34 @@ LAYER_REMEDIES = (  # (cause, kind, remedy)
 
 
 def layer_advice(accuracy: dict) -> list[dict]:
-    """The advice items of the evaluation: the layer that loses the most SQNR itself (``_worst_layer``) and the
-    layer an int8 model input costs the most (``_rounded_model_input``)."""
-    return _worst_layer(accuracy) + _rounded_model_input(accuracy)
+    """The advice items of the evaluation: the layer that loses the most SQNR itself (``_worst_layer``), the
+    layer an int8 model input costs the most (``_rounded_model_input``) and the convolution whose output
+    channels' ranges lie furthest apart (``_spread_channels``)."""
+    return _worst_layer(accuracy) + _rounded_model_input(accuracy) + _spread_channels(accuracy)
+
+
+def _spread_channels(accuracy: dict) -> list[dict]:
+    """The convolution a quarter of whose output channels span the fewest int8 steps (``channel_levels``), when
+    under ``FEW_LEVELS``: one
+    scale for all its channels is set by the widest, and the others are rounded coarsely. An SQNR over the
+    whole tensor hides it (the quiet channels carry little of its energy) though the layers reading them may
+    weigh them heavily; cross-layer equalization gives the channels comparable ranges."""
+    rows = [row for row in accuracy.get("layers") or [] if row.get("channel_levels") is not None
+            and row["channel_levels"] < FEW_LEVELS]
+    if not rows:
+        return []
+    row = min(rows, key=lambda row: (row["channel_levels"], row["path"]))
+    return [{
+        "kind": "layer_sqnr",
+        "cause": "channel_spread",
+        "layer": row["path"],
+        "title": f"{row['path']} ({row['op']}) has output channels of far apart ranges",
+        "change": "--equalize (CompileOptions(equalization=True)): cross-layer equalization scales each channel "
+                  f"of {row['path']} and the layers reading it (where only ReLU-like ops lie between)",
+        "why": f"a quarter of its output channels span at most {row['channel_levels']:.1f} int8 steps, "
+               f"{row['channel_spread']:.1f}x narrower than its widest one, which sets the scale",
+        "figure": f"a quarter of its channels in {row['channel_levels']:.1f} int8 steps or fewer",
+    }]
 
 
 def _rounded_model_input(accuracy: dict) -> list[dict]:

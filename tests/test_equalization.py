@@ -184,3 +184,19 @@ def test_measuring_the_ranges_leaves_a_recurrent_loop_as_it_was():
         errors[equalization] = np.mean([np.abs(program.forward(*x)[0] - model(*x).detach().numpy()).max()
                                         for x in samples])
     assert errors[True] < 4 * errors[False], errors
+
+
+def test_no_channel_is_scaled_past_the_tensors_least_value():
+    """After a leaky ReLU the int8 range's low end is the negative side of a few channels, which the scales
+    (from each channel's largest |value|) do not weigh: a quiet channel scaled up past it widened the range of
+    every channel (PESTO's conv_layers.3: 7.7 -> 8.9 cents). The low end stays where it was."""
+    model = _uneven_convs(nn.LeakyReLU(0.3))
+    with torch.no_grad():
+        model[0].bias[:4] -= 2 * CHANNEL_SPREAD[:4]  # the quiet channels mostly negative
+    samples = _samples(8, 1)
+    graph = _graph(model, samples[0])
+    read = [node for node in graph.graph.nodes if node.target == torch.ops.aten.conv2d.default][1].args[0]
+    before = min(float(_Values(graph).values_of(read, sample).min()) for sample in samples)
+    assert equalize(graph, samples) == 1
+    after = min(float(_Values(graph).values_of(read, sample).min()) for sample in samples)
+    assert after >= before * (1 + 1e-6)

@@ -219,10 +219,9 @@ def layer_advice(accuracy: dict) -> list[dict]:
 
 def _spread_channels(accuracy: dict) -> list[dict]:
     """The convolution a quarter of whose output channels span the fewest int8 steps (``channel_levels``), when
-    under ``FEW_LEVELS``: one
-    scale for all its channels is set by the widest, and the others are rounded coarsely. An SQNR over the
-    whole tensor hides it (the quiet channels carry little of its energy) though the layers reading them may
-    weigh them heavily; cross-layer equalization gives the channels comparable ranges."""
+    under ``FEW_LEVELS``: one scale for all its channels is set by the widest, and the others are rounded
+    coarsely. An SQNR over the whole tensor hides it (the quiet channels carry little of its energy) though the
+    layers reading them may weigh them heavily; cross-layer equalization gives the channels comparable ranges."""
     rows = [row for row in accuracy.get("layers") or [] if row.get("channel_levels") is not None
             and row["channel_levels"] < FEW_LEVELS]
     if not rows:

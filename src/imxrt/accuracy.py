@@ -559,7 +559,7 @@ class _LayerSqnr:
         self.float_path = _FloatPath(graph_module, self.producers, self.weighted)
 
     def float_forward(self, inputs: tuple[torch.Tensor, ...]) -> tuple[object, dict[str, torch.Tensor], set[str],
-                                                                      dict[str, torch.Tensor]]:
+                                                                      dict[str, torch.Tensor | tuple]]:
         """The float model's output, each module's output by path, the modules a folded batch norm rewrites
         (one forward, with hooks), and the value each captured quantize node rounds on the program's float
         path."""
@@ -815,7 +815,8 @@ class _FloatPath:
 
     def __init__(self, graph_module: torch.fx.GraphModule, names: Iterable[str], weighted: Iterable[str] = ()):
         graph = _flat_copy(graph_module)
-        ops = {node.name: node for node in graph.nodes if node.name in set(weighted)}
+        weighted = set(weighted)
+        ops = {node.name: node for node in graph.nodes if node.name in weighted}
         int8_inputs = {name: op.args[0] for name, op in ops.items()}  # their dequantizes, before the rewrite
         for node in list(graph.nodes):
             if _is_qdq(node, "dequantize") and isinstance(node.args[0], torch.fx.Node) and \
@@ -849,7 +850,8 @@ class _Capture:
 
     def __init__(self, graph_module: torch.fx.GraphModule, names: Iterable[str]):
         graph = _flat_copy(graph_module)
-        captured = [node for node in graph.nodes if node.name in set(names)]
+        wanted = set(names)
+        captured = [node for node in graph.nodes if node.name in wanted]
         self.module = _returning(graph_module, graph, captured)
         self.qparams = [(node.name, node.args[1], node.args[2]) for node in captured]
 

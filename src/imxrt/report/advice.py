@@ -222,11 +222,9 @@ def _spread_channels(accuracy: dict) -> list[dict]:
     under ``FEW_LEVELS``: one scale for all its channels is set by the widest, and the others are rounded
     coarsely. An SQNR over the whole tensor hides it (the quiet channels carry little of its energy) though the
     layers reading them may weigh them heavily; cross-layer equalization gives the channels comparable ranges."""
-    rows = [row for row in accuracy.get("layers") or [] if row.get("channel_levels") is not None
-            and row["channel_levels"] < FEW_LEVELS]
-    if not rows:
+    row = _lowest(accuracy.get("layers") or [], "channel_levels", FEW_LEVELS)
+    if row is None:
         return []
-    row = min(rows, key=lambda row: (row["channel_levels"], row["path"]))
     return [{
         "kind": "layer_sqnr",
         "cause": "channel_spread",
@@ -244,11 +242,10 @@ def _rounded_model_input(accuracy: dict) -> list[dict]:
     """The layer reading a model input whose output the input's int8 rounding costs the most, when it costs
     enough to matter (``input_sqnr_db`` below ``WORTH_FIXING_DB``): kept in float, it reads the float input.
     A waveform's 255 steps span its loudest calibration frame, so a frame 20 dB quieter gets some 25."""
-    rows = [row for row in accuracy.get("layers") or [] if row.get("reads_model_input")
-            and row.get("input_sqnr_db") is not None and row["input_sqnr_db"] < WORTH_FIXING_DB]
-    if not rows:
+    row = _lowest([row for row in accuracy.get("layers") or [] if row.get("reads_model_input")], "input_sqnr_db",
+                  WORTH_FIXING_DB)
+    if row is None:
         return []
-    row = min(rows, key=lambda row: (row["input_sqnr_db"], row["path"]))
     return [{
         "kind": "layer_sqnr",
         "cause": "model_input_rounding",
@@ -260,6 +257,12 @@ def _rounded_model_input(accuracy: dict) -> list[dict]:
                f"{_db(row['input_sqnr_db'])}",
         "figure": f"SQNR {_db(row['input_sqnr_db'])} from its int8 input",
     }]
+
+
+def _lowest(rows: list[dict], key: str, below: float) -> dict | None:
+    """The row of ``rows`` whose figure ``key`` is lowest, when it is below ``below`` (ties by path)."""
+    rows = [row for row in rows if row.get(key) is not None and row[key] < below]
+    return min(rows, key=lambda row: (row[key], row["path"]), default=None)
 
 
 def _worst_layer(accuracy: dict) -> list[dict]:

@@ -270,10 +270,10 @@ def _scales(gm: GraphModule, chain: _Chain, ranges: dict[Node, tuple[torch.Tenso
             ) -> torch.Tensor | None:
     """s per producer channel (r^WEIGHT_EXPONENT / a^ACTIVATION_EXPONENT), one value per tied class, within
     MAX_SCALE_RATIO of one another; a dead channel takes the median. No channel's negative side is scaled
-    past the least value of a tensor it is read in: after a leaky ReLU or PReLU that low end is a few
-    channels' negative side, which the scales (from each channel's largest |value|) do not weigh, and a quiet
-    channel scaled past it widened the int8 range of every channel (PESTO's conv_layers.3: 7.7 -> 8.9 cents
-    alone; with the bound, all its chains give 7.3)."""
+    past the least value of a tensor it is read in: after a leaky ReLU or PReLU that low end lies far closer
+    to zero than the high end, so a quiet channel scaled within the widest one's |value| can still reach past
+    it, and it widened the int8 range of every channel (PESTO's conv_layers.3: 7.7 -> 8.9 cents alone; with
+    the bound, all its chains give 7.3)."""
     count = len(chain.parent)
     classes = chain.classes()
     activation = torch.zeros(count, dtype=torch.float64)

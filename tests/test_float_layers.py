@@ -5,6 +5,7 @@ import pytest
 import torch
 import torch.nn as nn
 from program_checks import check_case, program_sqnr_db
+from sensor_front_end import Detector, signals
 
 from imxrt.cli import EXIT_USER_ERROR, main
 from imxrt.errors import BadOption
@@ -12,33 +13,10 @@ from imxrt.pipeline import CompileOptions, compile
 from imxrt.placement import FLOAT_LAYER_KEPT
 
 
-class _Detector(nn.Module):
-    """A learned front end over a sensor signal (zero-sum filters: they reject its offset) and a conv."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.front = nn.Conv1d(1, 4, 8, stride=4, bias=False)
-        self.encoder = nn.Conv1d(4, 4, 3, bias=False)
-        with torch.no_grad():
-            self.front.weight.sub_(self.front.weight.mean(-1, keepdim=True))
-
-    def forward(self, x):
-        return self.encoder(self.front(nn.functional.pad(x.unsqueeze(1), (0, 4), mode="reflect")))
-
-
-def _signals(count: int, seed: int) -> list[tuple[torch.Tensor]]:
-    """Detail of ±0.01 on an offset of up to ±0.9: the waveform's int8 step (about 0.007) rounds the detail
-    to a level or two, while the front end's output holds only the detail."""
-    generator = torch.Generator().manual_seed(seed)
-    return [(0.9 * (2 * torch.rand(1, 1, generator=generator) - 1) + 0.01 * torch.randn(1, 256, generator=generator),)
-            for _ in range(count)]
-
-
 @pytest.mark.parametrize("target", ["imxrt700", "imxrt700-cpu"])
 def test_a_float_front_end_keeps_what_int8_input_rounds_away(target):
-    model = _Detector().eval()
-    calibration, evaluation = _signals(16, 1), _signals(16, 2)
+    model = Detector().eval()
+    calibration, evaluation = signals(16, 1), signals(16, 2)
     plain = compile(model, calibration[0], target, calibration, CompileOptions(show_progress=False))
     kept = compile(model, calibration[0], target, calibration,
                    CompileOptions(show_progress=False, float_layers=("front",)))
@@ -50,8 +28,8 @@ def test_a_float_front_end_keeps_what_int8_input_rounds_away(target):
 def test_the_report_says_the_layer_was_kept_float_not_a_cell_state():
     """Both are tagged for the quantizer to leave float; the report named every such op an LSTM's cell state
     and advised --cell-state int8 for a model without one."""
-    model = _Detector().eval()
-    samples = _signals(4, 1)
+    model = Detector().eval()
+    samples = signals(4, 1)
     result = compile(model, samples[0], "imxrt700", samples,
                      CompileOptions(show_progress=False, float_layers=("front",)))
     (convolution,) = [op for op in result.report["ops"] if op["op"].startswith("aten.convolution")
@@ -64,8 +42,8 @@ def test_the_report_says_the_layer_was_kept_float_not_a_cell_state():
 def test_the_movement_into_a_float_layer_is_reported_as_kept_for_it():
     """The unsqueeze and pad between the model's input and a float front end stay float with it; they were
     reported as ops with no int8 rule, and the advice asked to move them to the NPU."""
-    model = _Detector().eval()
-    samples = _signals(4, 1)
+    model = Detector().eval()
+    samples = signals(4, 1)
     result = compile(model, samples[0], "imxrt700", samples,
                      CompileOptions(show_progress=False, float_layers=("front",)))
     floats = {op["op"]: op["reason"] for op in result.report["ops"] if op["execution"] == "cpu float"}
@@ -75,8 +53,8 @@ def test_the_movement_into_a_float_layer_is_reported_as_kept_for_it():
 
 
 def test_a_name_that_is_no_module_is_refused_with_the_names():
-    model = _Detector().eval()
-    sample = _signals(1, 1)
+    model = Detector().eval()
+    sample = signals(1, 1)
     with pytest.raises(BadOption, match=r"--float-layer: 'frontend'.*front, encoder"):
         compile(model, sample[0], "imxrt700", sample, CompileOptions(show_progress=False, float_layers=("frontend",)))
 

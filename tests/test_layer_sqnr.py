@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from sensor_front_end import Detector, signals
 from torch import nn
 
 import imxrt.runtime
@@ -114,27 +115,10 @@ def test_a_layer_activated_outside_its_module_is_ranked():
     assert rows["convs.0"].sqnr_db is None and rows["head"].sqnr_db is not None
 
 
-class Detector(nn.Module):
-    """A learned front end over a sensor signal (zero-sum filters: they reject its offset) and a conv."""
-
-    def __init__(self):
-        super().__init__()
-        self.front = nn.Conv1d(1, 4, 8, stride=4, bias=False)
-        self.encoder = nn.Conv1d(4, 4, 3, bias=False)
-        with torch.no_grad():
-            self.front.weight.sub_(self.front.weight.mean(-1, keepdim=True))
-
-    def forward(self, x):
-        return self.encoder(self.front(x.unsqueeze(1)))
-
-
 def test_a_layer_an_int8_model_input_starves_is_advised_to_stay_float():
     """Detail of ±0.01 on an offset of up to ±0.9: the input's int8 rounding keeps most of its energy (the
     offset), but the front end rejects the offset, and its output is mostly that rounding."""
-    torch.manual_seed(0)
-    generator = torch.Generator().manual_seed(1)
-    offsets = 0.9 * (2 * torch.rand(16, 1, 1, generator=generator) - 1)
-    samples = [(offset + 0.01 * torch.randn(1, 256, generator=generator),) for offset in offsets]
+    samples = signals(16, 1)
     model = Detector().eval()
     result = compile(model, samples[0], "imxrt700", samples, CompileOptions(show_progress=False))
     report = evaluate(model, imxrt.runtime.load(result.pte), [(inputs, 0) for inputs in samples], samples[0],

@@ -1,5 +1,5 @@
-"""Calibration in float64: the depthwise convolutions it runs by their taps, the graph it gives back, and the
-float32 fallback decided on the first sample."""
+"""Calibration in float64: the depthwise convolutions it runs by their taps, the large ones in tiles, the graph
+it gives back, and the float32 fallback decided on the first sample."""
 
 import pytest
 import torch
@@ -8,8 +8,8 @@ from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
 from imxrt.passes import run_aten_passes
 from imxrt.passes.recurrent_loops import run_loops
-from imxrt.quantization import rules
-from imxrt.quantization.calibration import calibrate, depthwise_conv2d_by_taps, narrow, widen
+from imxrt.quantization import calibration, rules
+from imxrt.quantization.calibration import calibrate, conv2d_in_tiles, depthwise_conv2d_by_taps, narrow, widen
 from imxrt.quantization.quantizer import ImxrtQuantizer
 from imxrt.targets import get_target
 
@@ -47,6 +47,67 @@ def test_a_grouped_convolution_with_several_channels_per_group_runs_aten_conv2d(
                        torch.nn.functional.conv2d(x, weight, None, 1, 1, 1, 2))
 
 
+# name -> (in channels, out channels, kernel, stride, padding, dilation, groups)
+LARGE_CONVS = {
+    "wide_kernel": (3, 5, (1, 65), (1, 1), (0, 0), (1, 1), 1),
+    "tall_kernel": (3, 4, (33, 1), (1, 1), (0, 0), (1, 1), 1),
+    "strided_padded": (4, 6, (5, 7), (2, 3), (2, 3), (1, 1), 1),
+    "dilated": (4, 4, (3, 5), (1, 1), (1, 0), (3, 4), 1),
+    "grouped": (6, 4, (4, 9), (1, 2), (1, 4), (1, 1), 2),
+}
+
+
+@pytest.mark.parametrize("column_bytes", [1 << 12, 1 << 16], ids=["column_tiles", "row_bands"])
+@pytest.mark.parametrize("case", LARGE_CONVS, ids=str)
+def test_a_convolution_in_tiles_is_aten_conv2d_to_float64_rounding(case, column_bytes, monkeypatch):
+    """Tiles of one row's columns (a row alone passes the bound) or bands of rows, over a batch of two: the
+    same shape and, rounded to float32, the same values as one call."""
+    monkeypatch.setattr(calibration, "COLUMN_BYTES", column_bytes)
+    in_channels, out_channels, kernel, stride, padding, dilation, groups = LARGE_CONVS[case]
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(2, in_channels, 45, 130, dtype=torch.float64, generator=generator)
+    weight = torch.randn(out_channels, in_channels // groups, *kernel, dtype=torch.float64, generator=generator)
+    b = torch.randn(out_channels, dtype=torch.float64, generator=generator)
+    reference = torch.ops.aten.conv2d.default(x, weight, b, list(stride), list(padding), list(dilation), groups)
+    out = conv2d_in_tiles(x, weight, b, list(stride), list(padding), list(dilation), groups)
+    assert out.shape == reference.shape
+    torch.testing.assert_close(out, reference, rtol=1e-13, atol=1e-13)
+    assert torch.equal(out.float(), reference.float())
+
+
+class LongKernel(nn.Module):
+    """A 1 x 257 kernel over 2,000 samples: 4 x 257 taps by 1,744 positions in each of 3 rows, over a batch of
+    two, a float64 column matrix of 86 MB in one aten.conv2d call."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 5, (1, 257))
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+def test_calibration_unfolds_no_large_convolution_whole(monkeypatch):
+    """A large convolution's float64 column matrix was allocated whole: a 1 x 4097 kernel over 5,000 samples
+    took 9 GB, and two such models at once were killed for memory. Calibrated with a bound of 4 MB, no op
+    allocates twice that (86 MB before), and the ranges are a float32 calibration's, to float32 rounding."""
+    monkeypatch.setattr(calibration, "COLUMN_BYTES", 1 << 22)
+    generator = torch.Generator().manual_seed(2)
+    samples = [(torch.randn(2, 4, 3, 2000, generator=generator),) for _ in range(2)]
+    model = LongKernel()
+    observed, reference = _prepared(model, samples[0]), _prepared(model, samples[0])
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as profile:
+        calibrate(observed, samples, show_progress=False)
+    largest = max(event.cpu_memory_usage for event in profile.events())
+    assert 0 < largest < 2 * calibration.COLUMN_BYTES
+    with torch.no_grad():
+        for sample in samples:
+            run_loops(reference, *sample)
+    expected = _ranges(reference)
+    for name, (low, high) in _ranges(observed).items():
+        torch.testing.assert_close((low, high), expected[name], rtol=1e-6, atol=1e-6)
+
+
 class DepthwiseSeparable(nn.Module):
     def __init__(self):
         super().__init__()
@@ -75,7 +136,7 @@ def test_widened_depthwise_convolutions_run_by_taps_and_narrow_gives_the_graph_b
     observed = _prepared(DepthwiseSeparable(), inputs)
     code = observed.code
     widen(observed)
-    assert [n.name for n in observed.graph.nodes if n.target is depthwise_conv2d_by_taps] == ["conv2d"]
+    assert [n.name for n in observed.graph.nodes if n.target is calibration.widened_conv2d] == ["conv2d", "conv2d_1"]
     assert all(p.dtype == torch.float64 for p in observed.parameters())
     with torch.no_grad():
         observed(*inputs)

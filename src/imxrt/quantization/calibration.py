@@ -11,6 +11,12 @@ PyTorch has no float64 kernel for a depthwise convolution: it runs one convoluti
 MobileNetV2 sample, most of a float64 pass). While widened, each depthwise convolution runs as a sum over its
 kernel's taps instead (``depthwise_conv2d_by_taps``): one multiply and one add of whole tensors per tap,
 correctly rounded float64 operations whose results do not depend on the thread count or SIMD level either.
+
+PyTorch's float64 convolution unfolds its whole batch into one column matrix (in channels x kernel taps by
+output positions). For a large kernel over a long input that matrix is gigabytes: a 1 x 4097 kernel over 7 x 13
+x 5000 inputs, 8 GB; a 41 x 15 kernel over 113 channels, 17 GB. While widened, a convolution whose column
+matrix would pass ``COLUMN_BYTES`` runs over tiles of its output instead (``conv2d_in_tiles``), one sample at a
+time, each tile's matrix under that bound.
 """
 
 from __future__ import annotations
@@ -25,7 +31,6 @@ from tqdm import tqdm
 
 from imxrt.errors import BadModel
 from imxrt.model_checks import check_finite_sample, read_samples
-from imxrt.passes._graph import arguments_by_name
 from imxrt.passes.recurrent_loops import run_loops
 
 log = logging.getLogger("imxrt")
@@ -103,7 +108,7 @@ _WIDENED = "imxrt_widened"  # GraphModule.meta: what ``widen`` changed, for ``na
 @dataclass(frozen=True)
 class _Widened:
     casts: list[torch.fx.Node]  # the casts after the float32 inputs
-    depthwise_convs: list[torch.fx.Node]  # the grouped conv2d nodes ``depthwise_conv2d_by_taps`` runs meanwhile
+    convs: list[torch.fx.Node]  # the conv2d nodes, ``widened_conv2d`` meanwhile
 
 
 def widen(observed: torch.fx.GraphModule, tried: bool = True) -> torch.fx.GraphModule:
@@ -123,12 +128,11 @@ def widen(observed: torch.fx.GraphModule, tried: bool = True) -> torch.fx.GraphM
             cast = graph.call_function(torch.ops.aten._to_copy.default, (placeholder,), {"dtype": torch.float64})
         placeholder.replace_all_uses_with(cast, delete_user_cb=lambda user, cast=cast: user is not cast)
         casts.append(cast)
-    depthwise_convs = [n for n in graph.nodes if n.op == "call_function" and n.target is _CONV2D
-                       and arguments_by_name(n)["groups"] > 1]
-    for conv in depthwise_convs:
-        conv.target = depthwise_conv2d_by_taps
+    convs = [n for n in graph.nodes if n.op == "call_function" and n.target is _CONV2D]
+    for conv in convs:
+        conv.target = widened_conv2d
     observed.to(torch.float64)
-    observed.meta[_WIDENED] = _Widened(casts, depthwise_convs)
+    observed.meta[_WIDENED] = _Widened(casts, convs)
     observed.recompile()
     return observed
 
@@ -142,7 +146,7 @@ def narrow(observed: torch.fx.GraphModule) -> torch.fx.GraphModule:
     for cast in widened.casts:
         cast.replace_all_uses_with(cast.args[0])
         observed.graph.erase_node(cast)
-    for conv in widened.depthwise_convs:
+    for conv in widened.convs:
         conv.target = _CONV2D
     observed.to(torch.float32)
     observed.recompile()
@@ -223,12 +227,36 @@ def _runs_in_float64(observed: torch.fx.GraphModule) -> bool:
 
 
 _CONV2D = torch.ops.aten.conv2d.default
+COLUMN_BYTES = 1 << 26  # the most one float64 convolution call unfolds while widened: 64 MB
 
 
 def _pair(value) -> tuple[int, int]:
     """A conv2d size argument as (y, x): one number stands for both."""
     values = list(value) if isinstance(value, (list, tuple)) else [value]
     return values[0], values[-1]
+
+
+def widened_conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    """``aten.conv2d`` (same arguments) as the widened model runs it: a depthwise convolution by its taps, one
+    whose float64 column matrix would pass ``COLUMN_BYTES`` in tiles, any other by ``aten.conv2d`` itself."""
+    if input.dim() == 4 and groups == input.shape[1] and weight.shape[1] == 1 and groups > 1:
+        return depthwise_conv2d_by_taps(input, weight, bias, stride, padding, dilation, groups)
+    if input.dim() == 4:
+        _, out_h, out_w = _padded(input, weight, padding, stride, dilation)
+        columns = input.shape[0] * out_h * out_w * input.shape[1] * weight[0, 0].numel() * input.element_size()
+        if columns > COLUMN_BYTES:
+            return conv2d_in_tiles(input, weight, bias, stride, padding, dilation, groups)
+    return _CONV2D(input, weight, bias, stride, padding, dilation, groups)
+
+
+def _padded(input, weight, padding, stride, dilation) -> tuple[torch.Tensor, int, int]:
+    """A batched conv2d's input zero-padded, and its output's height and width."""
+    (stride_y, stride_x), (pad_y, pad_x), (dilation_y, dilation_x) = map(_pair, (stride, padding, dilation))
+    kernel_h, kernel_w = weight.shape[2:]
+    padded = torch.nn.functional.pad(input, (pad_x, pad_x, pad_y, pad_y))
+    out_h = (padded.shape[2] - dilation_y * (kernel_h - 1) - 1) // stride_y + 1
+    out_w = (padded.shape[3] - dilation_x * (kernel_w - 1) - 1) // stride_x + 1
+    return padded, out_h, out_w
 
 
 def depthwise_conv2d_by_taps(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
@@ -238,13 +266,11 @@ def depthwise_conv2d_by_taps(input, weight, bias=None, stride=(1, 1), padding=(0
     several input channels per group, unbatched) runs ``aten.conv2d`` itself."""
     if groups != input.shape[1] or weight.shape[1] != 1 or input.dim() != 4:
         return _CONV2D(input, weight, bias, stride, padding, dilation, groups)
-    (stride_y, stride_x), (pad_y, pad_x), (dilation_y, dilation_x) = map(_pair, (stride, padding, dilation))
+    (stride_y, stride_x), (dilation_y, dilation_x) = _pair(stride), _pair(dilation)
     channels, _, kernel_h, kernel_w = weight.shape
     if channels != groups:  # a channel multiplier: output channel o reads input channel o // m
         input = input.repeat_interleave(channels // groups, dim=1)
-    padded = torch.nn.functional.pad(input, (pad_x, pad_x, pad_y, pad_y))
-    out_h = (padded.shape[2] - dilation_y * (kernel_h - 1) - 1) // stride_y + 1
-    out_w = (padded.shape[3] - dilation_x * (kernel_w - 1) - 1) // stride_x + 1
+    padded, out_h, out_w = _padded(input, weight, padding, stride, dilation)
     out = None
     for filter_y in range(kernel_h):
         for filter_x in range(kernel_w):
@@ -254,3 +280,31 @@ def depthwise_conv2d_by_taps(input, weight, bias=None, stride=(1, 1), padding=(0
             term = window * weight[:, 0, filter_y, filter_x].view(1, channels, 1, 1)
             out = term if out is None else out + term  # out of place: the recipe calibrates with autograd on
     return out if bias is None else out + bias.view(1, channels, 1, 1)
+
+
+def conv2d_in_tiles(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    """``aten.conv2d`` (same arguments, batched) computed one sample and one tile of output positions at a
+    time: a band of whole rows, or of one row's columns when a row alone passes ``COLUMN_BYTES``, each from the
+    window of the zero-padded input it reads. Each output value is the same sum of products as in one call,
+    to float64 rounding."""
+    (stride_y, stride_x), (dilation_y, dilation_x) = _pair(stride), _pair(dilation)
+    kernel_h, kernel_w = weight.shape[2:]
+    padded, out_h, out_w = _padded(input, weight, padding, stride, dilation)
+    positions = max(1, COLUMN_BYTES // (input.shape[1] * kernel_h * kernel_w * input.element_size()))
+    rows, columns = (min(out_h, positions // out_w), out_w) if positions >= out_w else (1, positions)
+    samples = []
+    for sample in range(input.shape[0]):
+        bands = []
+        for top in range(0, out_h, rows):
+            bottom = min(out_h, top + rows)
+            tiles = []
+            for left in range(0, out_w, columns):
+                right = min(out_w, left + columns)
+                window = padded[sample:sample + 1, :,
+                                top * stride_y:(bottom - 1) * stride_y + dilation_y * (kernel_h - 1) + 1,
+                                left * stride_x:(right - 1) * stride_x + dilation_x * (kernel_w - 1) + 1]
+                tiles.append(_CONV2D(window, weight, bias, [stride_y, stride_x], [0, 0], [dilation_y, dilation_x],
+                                     groups))
+            bands.append(torch.cat(tiles, dim=3))
+        samples.append(torch.cat(bands, dim=2))
+    return torch.cat(samples, dim=0)

@@ -108,6 +108,18 @@ def test_calibration_unfolds_no_large_convolution_whole(monkeypatch):
         torch.testing.assert_close((low, high), expected[name], rtol=1e-6, atol=1e-6)
 
 
+def test_the_float64_trial_run_unfolds_no_large_convolution_whole(monkeypatch):
+    """The recipe's widen tries the model in float64 on zeros first: its copy runs the large convolution in
+    tiles too (86 MB in one allocation before)."""
+    monkeypatch.setattr(calibration, "COLUMN_BYTES", 1 << 22)
+    observed = _prepared(LongKernel(), (torch.randn(2, 4, 3, 2000),))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as profile:
+        widen(observed)
+    assert calibration._WIDENED in observed.meta
+    largest = max(event.cpu_memory_usage for event in profile.events())
+    assert 0 < largest < 2 * calibration.COLUMN_BYTES
+
+
 class DepthwiseSeparable(nn.Module):
     def __init__(self):
         super().__init__()

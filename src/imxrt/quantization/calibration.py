@@ -128,13 +128,19 @@ def widen(observed: torch.fx.GraphModule, tried: bool = True) -> torch.fx.GraphM
             cast = graph.call_function(torch.ops.aten._to_copy.default, (placeholder,), {"dtype": torch.float64})
         placeholder.replace_all_uses_with(cast, delete_user_cb=lambda user, cast=cast: user is not cast)
         casts.append(cast)
-    convs = [n for n in graph.nodes if n.op == "call_function" and n.target is _CONV2D]
-    for conv in convs:
-        conv.target = widened_conv2d
+    convs = _widen_convs(graph)
     observed.to(torch.float64)
     observed.meta[_WIDENED] = _Widened(casts, convs)
     observed.recompile()
     return observed
+
+
+def _widen_convs(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """Every conv2d node of ``graph`` run by ``widened_conv2d``; returns them."""
+    convs = [n for n in graph.nodes if n.op == "call_function" and n.target is _CONV2D]
+    for conv in convs:
+        conv.target = widened_conv2d
+    return convs
 
 
 def narrow(observed: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -217,9 +223,12 @@ def _runs_in_float64(observed: torch.fx.GraphModule) -> bool:
             return False
         dtype = torch.float64 if value.dtype == torch.float32 else value.dtype
         inputs.append(torch.zeros(tuple(value.shape), dtype=dtype))
+    trial = copy.deepcopy(observed)
+    _widen_convs(trial.graph)  # as calibration runs them: a large convolution in tiles
+    trial.recompile()
     try:
         with torch.no_grad():
-            copy.deepcopy(observed).to(torch.float64)(*inputs)
+            trial.to(torch.float64)(*inputs)
     except Exception as e:  # noqa: BLE001  (any failure means: calibrate in float32)
         log.info("calibrating in float32: the model does not run in float64 (%s)", e)
         return False

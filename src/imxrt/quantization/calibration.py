@@ -16,13 +16,16 @@ PyTorch's float64 convolution unfolds its whole batch into one column matrix (in
 output positions). For a large kernel over a long input that matrix is gigabytes: a 1 x 4097 kernel over 7 x 13
 x 5000 inputs, 8 GB; a 41 x 15 kernel over 113 channels, 17 GB. While widened, a convolution whose column
 matrix would pass ``COLUMN_BYTES`` runs over tiles of its output instead (``conv2d_in_tiles``), one sample at a
-time, each tile's matrix under that bound.
+time, each tile's matrix under that bound. A transposed convolution unfolds one sample's matrix (out channels x
+taps by input positions); past the bound it runs over tiles of its input, their outputs added where they
+overlap (``conv_transpose2d_in_tiles``).
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -108,7 +111,7 @@ _WIDENED = "imxrt_widened"  # GraphModule.meta: what ``widen`` changed, for ``na
 @dataclass(frozen=True)
 class _Widened:
     casts: list[torch.fx.Node]  # the casts after the float32 inputs
-    convs: list[torch.fx.Node]  # the conv2d nodes, ``widened_conv2d`` meanwhile
+    convs: list[torch.fx.Node]  # the convolution nodes, run by ``_WIDENED_CONVS`` meanwhile
 
 
 def widen(observed: torch.fx.GraphModule, tried: bool = True) -> torch.fx.GraphModule:
@@ -136,10 +139,11 @@ def widen(observed: torch.fx.GraphModule, tried: bool = True) -> torch.fx.GraphM
 
 
 def _widen_convs(graph: torch.fx.Graph) -> list[torch.fx.Node]:
-    """Every conv2d node of ``graph`` run by ``widened_conv2d``; returns them."""
-    convs = [n for n in graph.nodes if n.op == "call_function" and n.target is _CONV2D]
+    """Every convolution node of ``graph`` run as the widened model runs it (``_WIDENED_CONVS``); returns
+    them."""
+    convs = [n for n in graph.nodes if n.op == "call_function" and n.target in _WIDENED_CONVS]
     for conv in convs:
-        conv.target = widened_conv2d
+        conv.target = _WIDENED_CONVS[conv.target]
     return convs
 
 
@@ -152,8 +156,9 @@ def narrow(observed: torch.fx.GraphModule) -> torch.fx.GraphModule:
     for cast in widened.casts:
         cast.replace_all_uses_with(cast.args[0])
         observed.graph.erase_node(cast)
+    aten_convs = {widened: aten for aten, widened in _WIDENED_CONVS.items()}
     for conv in widened.convs:
-        conv.target = _CONV2D
+        conv.target = aten_convs[conv.target]
     observed.to(torch.float32)
     observed.recompile()
     return observed
@@ -236,6 +241,7 @@ def _runs_in_float64(observed: torch.fx.GraphModule) -> bool:
 
 
 _CONV2D = torch.ops.aten.conv2d.default
+_CONV_TRANSPOSE2D = torch.ops.aten.conv_transpose2d.input
 COLUMN_BYTES = 1 << 26  # the most one float64 convolution call unfolds while widened: 64 MB
 
 
@@ -317,3 +323,47 @@ def conv2d_in_tiles(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dil
             bands.append(torch.cat(tiles, dim=3))
         samples.append(torch.cat(bands, dim=2))
     return torch.cat(samples, dim=0)
+
+
+def widened_conv_transpose2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), output_padding=(0, 0),
+                             groups=1, dilation=(1, 1)):
+    """``aten.conv_transpose2d`` (same arguments) as the widened model runs it: in tiles of its input when
+    the float64 column matrix of one sample (out channels x kernel taps by input positions) would pass
+    ``COLUMN_BYTES``, else itself."""
+    arguments = (stride, padding, output_padding, groups, dilation)
+    if input.dim() != 4 or math.prod(weight.shape[1:]) * groups * math.prod(input.shape[2:]) \
+            * input.element_size() <= COLUMN_BYTES:
+        return _CONV_TRANSPOSE2D(input, weight, bias, *arguments)
+    return conv_transpose2d_in_tiles(input, weight, bias, *arguments)
+
+
+def conv_transpose2d_in_tiles(input, weight, bias=None, stride=(1, 1), padding=(0, 0), output_padding=(0, 0),
+                              groups=1, dilation=(1, 1)):
+    """``aten.conv_transpose2d`` (same arguments, batched) one sample and one tile of input positions at a
+    time: each tile's transposed convolution, unpadded, is added where its outputs fall in the whole
+    (uncropped) result, which is then cropped by ``padding`` and extended by ``output_padding``. Each output
+    value is the same sum of products as in one call, to float64 rounding."""
+    (stride_y, stride_x), (pad_y, pad_x), (dilation_y, dilation_x) = map(_pair, (stride, padding, dilation))
+    extra_y, extra_x = _pair(output_padding)
+    batch, _, height, width = input.shape
+    kernel_h, kernel_w = weight.shape[2:]
+    out_channels = weight.shape[1] * groups
+    whole_h = (height - 1) * stride_y + dilation_y * (kernel_h - 1) + 1
+    whole_w = (width - 1) * stride_x + dilation_x * (kernel_w - 1) + 1
+    out_h, out_w = whole_h - 2 * pad_y + extra_y, whole_w - 2 * pad_x + extra_x
+    whole = input.new_zeros(batch, out_channels, max(whole_h, pad_y + out_h), max(whole_w, pad_x + out_w))
+    positions = max(1, COLUMN_BYTES // (out_channels * kernel_h * kernel_w * input.element_size()))
+    rows, columns = (min(height, positions // width), width) if positions >= width else (1, positions)
+    for sample in range(batch):
+        for top in range(0, height, rows):
+            for left in range(0, width, columns):
+                tile = input[sample:sample + 1, :, top:top + rows, left:left + columns]
+                part = _CONV_TRANSPOSE2D(tile, weight, None, [stride_y, stride_x], [0, 0], [0, 0], groups,
+                                         [dilation_y, dilation_x])
+                whole[sample:sample + 1, :, top * stride_y:top * stride_y + part.shape[2],
+                      left * stride_x:left * stride_x + part.shape[3]] += part
+    out = whole[:, :, pad_y:pad_y + out_h, pad_x:pad_x + out_w]
+    return out if bias is None else out + bias.view(1, out_channels, 1, 1)
+
+
+_WIDENED_CONVS = {_CONV2D: widened_conv2d, _CONV_TRANSPOSE2D: widened_conv_transpose2d}

@@ -256,22 +256,31 @@ def widened_conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dila
     whose float64 column matrix would pass ``COLUMN_BYTES`` in tiles, any other by ``aten.conv2d`` itself."""
     if input.dim() == 4 and groups == input.shape[1] and weight.shape[1] == 1 and groups > 1:
         return depthwise_conv2d_by_taps(input, weight, bias, stride, padding, dilation, groups)
-    if input.dim() == 4:
-        _, out_h, out_w = _padded(input, weight, padding, stride, dilation)
-        columns = input.shape[0] * out_h * out_w * input.shape[1] * weight[0, 0].numel() * input.element_size()
-        if columns > COLUMN_BYTES:
-            return conv2d_in_tiles(input, weight, bias, stride, padding, dilation, groups)
+    if input.dim() == 4 and input.shape[0] * math.prod(_output_size(input, weight, stride, padding, dilation)) \
+            * input.shape[1] * weight[0, 0].numel() * input.element_size() > COLUMN_BYTES:
+        return conv2d_in_tiles(input, weight, bias, stride, padding, dilation, groups)
     return _CONV2D(input, weight, bias, stride, padding, dilation, groups)
 
 
-def _padded(input, weight, padding, stride, dilation) -> tuple[torch.Tensor, int, int]:
-    """A batched conv2d's input zero-padded, and its output's height and width."""
+def _output_size(input, weight, stride, padding, dilation) -> tuple[int, int]:
+    """A batched conv2d's output height and width."""
     (stride_y, stride_x), (pad_y, pad_x), (dilation_y, dilation_x) = map(_pair, (stride, padding, dilation))
     kernel_h, kernel_w = weight.shape[2:]
-    padded = torch.nn.functional.pad(input, (pad_x, pad_x, pad_y, pad_y))
-    out_h = (padded.shape[2] - dilation_y * (kernel_h - 1) - 1) // stride_y + 1
-    out_w = (padded.shape[3] - dilation_x * (kernel_w - 1) - 1) // stride_x + 1
-    return padded, out_h, out_w
+    return ((input.shape[2] + 2 * pad_y - dilation_y * (kernel_h - 1) - 1) // stride_y + 1,
+            (input.shape[3] + 2 * pad_x - dilation_x * (kernel_w - 1) - 1) // stride_x + 1)
+
+
+def _padded(input, padding) -> torch.Tensor:
+    """A batched conv2d's input with its zero padding on each side."""
+    pad_y, pad_x = _pair(padding)
+    return torch.nn.functional.pad(input, (pad_x, pad_x, pad_y, pad_y))
+
+
+def _tile(positions: int, height: int, width: int) -> tuple[int, int]:
+    """(rows, columns) of a tile of at most ``positions`` over a height x width grid: whole rows where one
+    fits, else part of one row."""
+    positions = max(1, positions)
+    return (min(height, positions // width), width) if positions >= width else (1, positions)
 
 
 def depthwise_conv2d_by_taps(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
@@ -285,7 +294,7 @@ def depthwise_conv2d_by_taps(input, weight, bias=None, stride=(1, 1), padding=(0
     channels, _, kernel_h, kernel_w = weight.shape
     if channels != groups:  # a channel multiplier: output channel o reads input channel o // m
         input = input.repeat_interleave(channels // groups, dim=1)
-    padded, out_h, out_w = _padded(input, weight, padding, stride, dilation)
+    padded, (out_h, out_w) = _padded(input, padding), _output_size(input, weight, stride, padding, dilation)
     out = None
     for filter_y in range(kernel_h):
         for filter_x in range(kernel_w):
@@ -304,9 +313,9 @@ def conv2d_in_tiles(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dil
     to float64 rounding."""
     (stride_y, stride_x), (dilation_y, dilation_x) = _pair(stride), _pair(dilation)
     kernel_h, kernel_w = weight.shape[2:]
-    padded, out_h, out_w = _padded(input, weight, padding, stride, dilation)
-    positions = max(1, COLUMN_BYTES // (input.shape[1] * kernel_h * kernel_w * input.element_size()))
-    rows, columns = (min(out_h, positions // out_w), out_w) if positions >= out_w else (1, positions)
+    padded, (out_h, out_w) = _padded(input, padding), _output_size(input, weight, stride, padding, dilation)
+    rows, columns = _tile(COLUMN_BYTES // (input.shape[1] * kernel_h * kernel_w * input.element_size()),
+                          out_h, out_w)
     samples = []
     for sample in range(input.shape[0]):
         bands = []
@@ -352,8 +361,8 @@ def conv_transpose2d_in_tiles(input, weight, bias=None, stride=(1, 1), padding=(
     whole_w = (width - 1) * stride_x + dilation_x * (kernel_w - 1) + 1
     out_h, out_w = whole_h - 2 * pad_y + extra_y, whole_w - 2 * pad_x + extra_x
     whole = input.new_zeros(batch, out_channels, max(whole_h, pad_y + out_h), max(whole_w, pad_x + out_w))
-    positions = max(1, COLUMN_BYTES // (out_channels * kernel_h * kernel_w * input.element_size()))
-    rows, columns = (min(height, positions // width), width) if positions >= width else (1, positions)
+    rows, columns = _tile(COLUMN_BYTES // (out_channels * kernel_h * kernel_w * input.element_size()),
+                          height, width)
     for sample in range(batch):
         for top in range(0, height, rows):
             for left in range(0, width, columns):

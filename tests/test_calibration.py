@@ -12,7 +12,6 @@ from imxrt.quantization import calibration, rules
 from imxrt.quantization.calibration import (
     calibrate,
     conv2d_in_tiles,
-    conv_transpose2d_in_tiles,
     depthwise_conv2d_by_taps,
     narrow,
     widen,
@@ -82,36 +81,6 @@ def test_a_convolution_in_tiles_is_aten_conv2d_to_float64_rounding(case, column_
     assert torch.equal(out.float(), reference.float())
 
 
-# name -> (in channels, out channels, kernel, stride, padding, output padding, dilation, groups)
-LARGE_TRANSPOSED_CONVS = {
-    "wide_kernel": (3, 5, (1, 65), (1, 1), (0, 0), (0, 0), (1, 1), 1),
-    "strided_padded": (4, 6, (5, 7), (2, 3), (2, 3), (1, 2), (1, 1), 1),
-    "dilated": (4, 4, (3, 5), (1, 2), (1, 0), (0, 1), (3, 4), 1),
-    "grouped": (6, 4, (4, 9), (1, 2), (1, 4), (0, 0), (1, 1), 2),
-}
-
-
-@pytest.mark.parametrize("column_bytes", [1 << 12, 1 << 17], ids=["column_tiles", "row_bands"])
-@pytest.mark.parametrize("case", LARGE_TRANSPOSED_CONVS, ids=str)
-def test_a_transposed_convolution_in_tiles_is_aten_conv_transpose2d_to_float64_rounding(case, column_bytes,
-                                                                                        monkeypatch):
-    """Tiles of the input, their outputs added where they overlap, cropped by the padding and extended by the
-    output padding: the same shape and, rounded to float32, the same values as one call."""
-    monkeypatch.setattr(calibration, "COLUMN_BYTES", column_bytes)
-    in_channels, out_channels, kernel, stride, padding, output_padding, dilation, groups = \
-        LARGE_TRANSPOSED_CONVS[case]
-    generator = torch.Generator().manual_seed(3)
-    x = torch.randn(2, in_channels, 21, 60, dtype=torch.float64, generator=generator)
-    weight = torch.randn(in_channels, out_channels // groups, *kernel, dtype=torch.float64, generator=generator)
-    b = torch.randn(out_channels, dtype=torch.float64, generator=generator)
-    arguments = (list(stride), list(padding), list(output_padding), groups, list(dilation))
-    reference = torch.ops.aten.conv_transpose2d.input(x, weight, b, *arguments)
-    out = conv_transpose2d_in_tiles(x, weight, b, *arguments)
-    assert out.shape == reference.shape
-    torch.testing.assert_close(out, reference, rtol=1e-13, atol=1e-13)
-    assert torch.equal(out.float(), reference.float())
-
-
 class LongKernel(nn.Module):
     """A 1 x 257 kernel over 2,000 samples: 4 x 257 taps by 1,744 positions in each of 3 rows, over a batch of
     two, a float64 column matrix of 86 MB in one aten.conv2d call (transposed: 5 x 257 taps by 6,000 input
@@ -130,7 +99,7 @@ def test_calibration_unfolds_no_large_convolution_whole(transposed, monkeypatch)
     """A large convolution's float64 column matrix was allocated whole: a 1 x 4097 kernel over 5,000 samples
     took 9 GB, and two such models at once were killed for memory. Calibrated with a bound of 4 MB, no op
     allocates twice that (86 MB, transposed 123 MB, before), and the ranges are a float32 calibration's, to
-    float32 rounding."""
+    float32 rounding (the convolution in tiles; the transposed one makes the model calibrate in float32)."""
     monkeypatch.setattr(calibration, "COLUMN_BYTES", 1 << 22)
     generator = torch.Generator().manual_seed(2)
     samples = [(torch.randn(2, 4, 3, 2000, generator=generator),) for _ in range(2)]
@@ -148,14 +117,15 @@ def test_calibration_unfolds_no_large_convolution_whole(transposed, monkeypatch)
         torch.testing.assert_close((low, high), expected[name], rtol=1e-6, atol=1e-6)
 
 
-def test_the_float64_trial_run_unfolds_no_large_convolution_whole(monkeypatch):
+@pytest.mark.parametrize("transposed", [False, True], ids=["conv", "transposed_conv"])
+def test_the_float64_trial_run_unfolds_no_large_convolution_whole(transposed, monkeypatch):
     """The recipe's widen tries the model in float64 on zeros first: its copy runs the large convolution in
-    tiles too (86 MB in one allocation before)."""
+    tiles too (86 MB in one allocation before), and a large transposed one leaves the model in float32."""
     monkeypatch.setattr(calibration, "COLUMN_BYTES", 1 << 22)
-    observed = _prepared(LongKernel(), (torch.randn(2, 4, 3, 2000),))
+    observed = _prepared(LongKernel(transposed), (torch.randn(2, 4, 3, 2000),))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as profile:
         widen(observed)
-    assert calibration._WIDENED in observed.meta
+    assert (calibration._WIDENED in observed.meta) is not transposed
     largest = max(event.cpu_memory_usage for event in profile.events())
     assert 0 < largest < 2 * calibration.COLUMN_BYTES
 

@@ -17,8 +17,7 @@ output positions). For a large kernel over a long input that matrix is gigabytes
 x 5000 inputs, 8 GB; a 41 x 15 kernel over 113 channels, 17 GB. While widened, a convolution whose column
 matrix would pass ``COLUMN_BYTES`` runs over tiles of its output instead (``conv2d_in_tiles``), one sample at a
 time, each tile's matrix under that bound. A transposed convolution unfolds one sample's matrix (out channels x
-taps by input positions); past the bound it runs over tiles of its input, their outputs added where they
-overlap (``conv_transpose2d_in_tiles``).
+taps by input positions); past the bound the model calibrates in float32 (``widened_conv_transpose2d``).
 """
 
 from __future__ import annotations
@@ -336,43 +335,15 @@ def conv2d_in_tiles(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dil
 
 def widened_conv_transpose2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), output_padding=(0, 0),
                              groups=1, dilation=(1, 1)):
-    """``aten.conv_transpose2d`` (same arguments) as the widened model runs it: in tiles of its input when
-    the float64 column matrix of one sample (out channels x kernel taps by input positions) would pass
-    ``COLUMN_BYTES``, else itself."""
-    arguments = (stride, padding, output_padding, groups, dilation)
-    if input.dim() != 4 or math.prod(weight.shape[1:]) * groups * math.prod(input.shape[2:]) \
-            * input.element_size() <= COLUMN_BYTES:
-        return _CONV_TRANSPOSE2D(input, weight, bias, *arguments)
-    return conv_transpose2d_in_tiles(input, weight, bias, *arguments)
-
-
-def conv_transpose2d_in_tiles(input, weight, bias=None, stride=(1, 1), padding=(0, 0), output_padding=(0, 0),
-                              groups=1, dilation=(1, 1)):
-    """``aten.conv_transpose2d`` (same arguments, batched) one sample and one tile of input positions at a
-    time: each tile's transposed convolution, unpadded, is added where its outputs fall in the whole
-    (uncropped) result, which is then cropped by ``padding`` and extended by ``output_padding``. Each output
-    value is the same sum of products as in one call, to float64 rounding."""
-    (stride_y, stride_x), (pad_y, pad_x), (dilation_y, dilation_x) = map(_pair, (stride, padding, dilation))
-    extra_y, extra_x = _pair(output_padding)
-    batch, _, height, width = input.shape
-    kernel_h, kernel_w = weight.shape[2:]
-    out_channels = weight.shape[1] * groups
-    whole_h = (height - 1) * stride_y + dilation_y * (kernel_h - 1) + 1
-    whole_w = (width - 1) * stride_x + dilation_x * (kernel_w - 1) + 1
-    out_h, out_w = whole_h - 2 * pad_y + extra_y, whole_w - 2 * pad_x + extra_x
-    whole = input.new_zeros(batch, out_channels, max(whole_h, pad_y + out_h), max(whole_w, pad_x + out_w))
-    rows, columns = _tile(COLUMN_BYTES // (out_channels * kernel_h * kernel_w * input.element_size()),
-                          height, width)
-    for sample in range(batch):
-        for top in range(0, height, rows):
-            for left in range(0, width, columns):
-                tile = input[sample:sample + 1, :, top:top + rows, left:left + columns]
-                part = _CONV_TRANSPOSE2D(tile, weight, None, [stride_y, stride_x], [0, 0], [0, 0], groups,
-                                         [dilation_y, dilation_x])
-                whole[sample:sample + 1, :, top * stride_y:top * stride_y + part.shape[2],
-                      left * stride_x:left * stride_x + part.shape[3]] += part
-    out = whole[:, :, pad_y:pad_y + out_h, pad_x:pad_x + out_w]
-    return out if bias is None else out + bias.view(1, out_channels, 1, 1)
+    """``aten.conv_transpose2d`` (same arguments) as the widened model runs it: itself, unless the float64
+    column matrix of one sample (out channels x kernel taps by input positions) would pass ``COLUMN_BYTES``.
+    Then it raises, and the model calibrates in float32 (``calibrate``'s fallback): in float64 such a layer
+    is bound by memory traffic, whole or in tiles: a 4097-tap kernel over three 7 x 5000 x 11 inputs takes 16 s
+    in float64 (12.6 GB a sample whole), 0.85 s in float32."""
+    matrix = math.prod(weight.shape[1:]) * groups * math.prod(input.shape[2:]) * input.element_size()
+    if input.dim() == 4 and matrix > COLUMN_BYTES:
+        raise MemoryError(f"a transposed convolution would unfold {matrix / 1e6:,.0f} MB a sample in float64")
+    return _CONV_TRANSPOSE2D(input, weight, bias, stride, padding, output_padding, groups, dilation)
 
 
 _WIDENED_CONVS = {_CONV2D: widened_conv2d, _CONV_TRANSPOSE2D: widened_conv_transpose2d}

@@ -253,12 +253,19 @@ def _pair(value) -> tuple[int, int]:
 def widened_conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     """``aten.conv2d`` (same arguments) as the widened model runs it: a depthwise convolution by its taps, one
     whose float64 column matrix would pass ``COLUMN_BYTES`` in tiles, any other by ``aten.conv2d`` itself."""
-    if input.dim() == 4 and groups == input.shape[1] and weight.shape[1] == 1 and groups > 1:
+    if input.dim() != 4:
+        return _CONV2D(input, weight, bias, stride, padding, dilation, groups)
+    if groups > 1 and groups == input.shape[1] and weight.shape[1] == 1:
         return depthwise_conv2d_by_taps(input, weight, bias, stride, padding, dilation, groups)
-    if input.dim() == 4 and input.shape[0] * math.prod(_output_size(input, weight, stride, padding, dilation)) \
-            * input.shape[1] * weight[0, 0].numel() * input.element_size() > COLUMN_BYTES:
+    positions = input.shape[0] * math.prod(_output_size(input, weight, stride, padding, dilation))
+    if positions * _column_bytes(input, weight) > COLUMN_BYTES:
         return conv2d_in_tiles(input, weight, bias, stride, padding, dilation, groups)
     return _CONV2D(input, weight, bias, stride, padding, dilation, groups)
+
+
+def _column_bytes(input, weight) -> int:
+    """The bytes of one output position's column in a conv2d's unfolded input: in channels x kernel taps."""
+    return input.shape[1] * weight.shape[2] * weight.shape[3] * input.element_size()
 
 
 def _output_size(input, weight, stride, padding, dilation) -> tuple[int, int]:
@@ -273,13 +280,6 @@ def _padded(input, padding) -> torch.Tensor:
     """A batched conv2d's input with its zero padding on each side."""
     pad_y, pad_x = _pair(padding)
     return torch.nn.functional.pad(input, (pad_x, pad_x, pad_y, pad_y))
-
-
-def _tile(positions: int, height: int, width: int) -> tuple[int, int]:
-    """(rows, columns) of a tile of at most ``positions`` over a height x width grid: whole rows where one
-    fits, else part of one row."""
-    positions = max(1, positions)
-    return (min(height, positions // width), width) if positions >= width else (1, positions)
 
 
 def depthwise_conv2d_by_taps(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
@@ -313,8 +313,8 @@ def conv2d_in_tiles(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dil
     (stride_y, stride_x), (dilation_y, dilation_x) = _pair(stride), _pair(dilation)
     kernel_h, kernel_w = weight.shape[2:]
     padded, (out_h, out_w) = _padded(input, padding), _output_size(input, weight, stride, padding, dilation)
-    rows, columns = _tile(COLUMN_BYTES // (input.shape[1] * kernel_h * kernel_w * input.element_size()),
-                          out_h, out_w)
+    positions = max(1, COLUMN_BYTES // _column_bytes(input, weight))  # a tile: whole rows where one fits
+    rows, columns = (min(out_h, positions // out_w), out_w) if positions >= out_w else (1, positions)
     samples = []
     for sample in range(input.shape[0]):
         bands = []
